@@ -1,0 +1,50 @@
+"""grpo_edu: learn GRPO (Group Relative Policy Optimization) on a tested implementation.
+
+Importing the package is cheap: torch, transformers and matplotlib load only when a
+function that needs them is first used, so the early lessons start at once.
+
+Where each concept lives (one module per concept, named after it):
+
+==================  =========================================================
+``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic
+``advantages``      group-relative advantages Â_i = (R_i − μ)/(σ + eps)
+``kl``              per-token KL estimators k1, k2, k3 against π_ref
+``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
+``notation``        the symbol → code-name table used everywhere
+``exercises``       self-check exercises for the lessons
+``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
+==================  =========================================================
+"""
+
+from importlib import import_module
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (resolved lazily, PEP 562)
+_EXPORTS = {
+    "TrainingSchedule": "schedule",
+    "group_advantages": "advantages",
+    "group_stats": "advantages",
+    "rank_advantages": "advantages",
+    "zero_std_groups": "advantages",
+    "dead_group_probability": "advantages",
+    "kl_estimate": "kl",
+    "grpo_loss": "losses",
+    "NOTATION": "notation",
+    "check": "exercises",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'grpo_edu' has no attribute {name!r}")
+    value = getattr(import_module(f"grpo_edu.{module}"), name)
+    globals()[name] = value  # cache: the next access is a plain attribute lookup
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,43 @@
+"""Input checks shared by the public functions.
+
+Every public function checks its arguments *before* doing any work and raises a
+``ValueError`` that names the argument and says how to fix it.
+"""
+
+import math
+
+
+def fail(arg, problem, fix):
+    """Raise the course's standard error: which argument, what is wrong, how to fix it."""
+    raise ValueError(f"{arg}: {problem}. Fix: {fix}.")
+
+
+def positive_int(arg, value, *, minimum=1, fix=None):
+    """Check that ``value`` is an int ≥ ``minimum`` (bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        fail(arg, f"must be an integer ≥ {minimum}, got {value!r}",
+             fix or f"pass a whole number ≥ {minimum}")
+    return value
+
+
+def positive_float(arg, value, *, allow_zero=False, fix=None):
+    """Check that ``value`` is a finite real number > 0 (or ≥ 0 with ``allow_zero``)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        bound = "≥ 0" if allow_zero else "> 0"
+        fail(arg, f"must be a finite number {bound}, got {value!r}", fix or f"pass a number {bound}")
+    return float(value)
+
+
+def choice(arg, value, choices):
+    """Check that ``value`` is one of ``choices``."""
+    if value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        fail(arg, f"unknown value {value!r}", f"use one of {options}")
+    return value
+
+
+def is_torch(x):
+    """True for a torch.Tensor, without importing torch."""
+    return type(x).__module__.startswith("torch")

@@ -1,0 +1,133 @@
+"""Self-check exercises at the end of each lesson.
+
+Each exercise's expected answer is *computed by the library* when you check, never typed
+in by hand, so the exercises stay true to the code. In a notebook:
+
+>>> from grpo_edu.exercises import check, show
+>>> show("01.1")                     # prints the question
+>>> check("01.1", 250)               # prints ✅ or ❌ with a hint; returns True/False
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Exercise:
+    question: str
+    """What the learner is asked."""
+    solution: Callable[[], Any]
+    """Computes the expected answer with grpo_edu (a number, a string or a list of them)."""
+    hint: str
+    """Shown after a wrong answer."""
+    tolerance: float = 1e-3
+    """Absolute tolerance for numeric answers."""
+
+
+def _schedule(**kw):
+    from grpo_edu.schedule import TrainingSchedule
+
+    return TrainingSchedule(**kw)
+
+
+def _adv(rewards, **kw):
+    from grpo_edu.advantages import group_advantages
+
+    return group_advantages([rewards], **kw)[0].tolist()
+
+
+def _dead(p, G, B=1):
+    from grpo_edu.advantages import dead_group_probability
+
+    return dead_group_probability(p, G) ** B
+
+
+EXERCISES: dict[str, Exercise] = {
+    # lesson 01: batch, step, epoch
+    "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
+                     lambda: _schedule(dataset_size=3000, batch_size=12, num_generations=8,
+                                       total_epochs=1).steps_per_epoch,
+                     "steps per epoch = dataset_size // batch_size."),
+    "01.2": Exercise("3000 prompts, batch_size = 12, G = 8, total_epochs = 5, total_training_steps = 600. "
+                     "How many steps does the run take?",
+                     lambda: _schedule(dataset_size=3000, batch_size=12, num_generations=8, total_epochs=5,
+                                       total_training_steps=600).total_steps,
+                     "the run stops at whichever limit comes first: compare 600 with 5 × steps_per_epoch."),
+    "01.3": Exercise("batch_size = 6, G = 8, micro_batch_size = 16. How many gradient-accumulation passes "
+                     "make one optimizer step?",
+                     lambda: _schedule(dataset_size=600, batch_size=6, num_generations=8, total_epochs=1,
+                                       micro_batch_size=16).gradient_accumulation_steps,
+                     "a step holds batch_size × G completions; each pass handles micro_batch_size of them."),
+    "01.4": Exercise("1000 prompts, batch_size = 64. How many prompts are left out of every epoch?",
+                     lambda: _schedule(dataset_size=1000, batch_size=64, num_generations=8,
+                                       total_epochs=1).dropped_per_epoch,
+                     "the incomplete last batch is dropped: dataset_size % batch_size."),
+    # lesson 02: group advantages
+    "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
+                     "correct answer? (4 decimals)",
+                     lambda: _adv([1, 0, 0, 0])[0],
+                     "μ = 0.25; σ is the unbiased std (divide by G − 1 = 3)."),
+    "02.2": Exercise("Rewards [0.5, 0.5, 0.5, 0.5]. What are the four advantages?",
+                     lambda: _adv([0.5, 0.5, 0.5, 0.5]),
+                     "every answer is exactly average: there is nothing to prefer."),
+    "02.3": Exercise("Rewards [2, 0, 0, 0] with scale='none' (Dr. GRPO). Advantage of the first answer?",
+                     lambda: _adv([2, 0, 0, 0], scale="none")[0],
+                     "scale='none' only subtracts the group mean."),
+    # lesson 03: zero-σ groups
+    "03.1": Exercise("A prompt is solved with probability p = 0.9 and G = 4. Chance that its group is dead? "
+                     "(4 decimals)",
+                     lambda: round(_dead(0.9, 4), 4),
+                     "dead = all right or all wrong: p^G + (1 − p)^G.", tolerance=1e-4),
+    "03.2": Exercise("Same p = 0.9, but G = 16. Chance that the group is dead? (4 decimals)",
+                     lambda: round(_dead(0.9, 16), 4),
+                     "p^G + (1 − p)^G with G = 16.", tolerance=1e-4),
+    "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
+                     lambda: round(_dead(0.5, 2, 4), 4),
+                     "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
+}
+
+
+def show(exercise_id):
+    """Print the question of an exercise."""
+    ex = _get(exercise_id)
+    print(f"Exercise {exercise_id}: {ex.question}")
+
+
+def check(exercise_id, answer):
+    """Compare ``answer`` with the library's result; print ✅ or ❌ (with a hint). Returns a bool.
+
+    ``answer=None`` (or ``...``) means "not answered yet" and prints the question.
+    """
+    ex = _get(exercise_id)
+    if answer is None or answer is Ellipsis:
+        print(f"Exercise {exercise_id}: not answered yet. {ex.question}")
+        return False
+    ok = _matches(answer, ex.solution(), ex.tolerance)
+    if ok:
+        print(f"✅ Exercise {exercise_id}: correct.")
+    else:
+        print(f"❌ Exercise {exercise_id}: not quite. Hint: {ex.hint}")
+    return ok
+
+
+def _get(exercise_id):
+    if exercise_id not in EXERCISES:
+        known = ", ".join(sorted(EXERCISES))
+        raise ValueError(f"exercise_id: unknown exercise {exercise_id!r}. Fix: use one of {known}.")
+    return EXERCISES[exercise_id]
+
+
+def _matches(answer, expected, tol):
+    if isinstance(expected, (list, tuple)):
+        try:
+            answer = list(answer)
+        except TypeError:
+            return False
+        return len(answer) == len(expected) and all(_matches(a, e, tol) for a, e in zip(answer, expected))
+    if isinstance(expected, str):
+        return str(answer).strip() == expected
+    try:
+        return math.isclose(float(answer), float(expected), rel_tol=0, abs_tol=tol)
+    except (TypeError, ValueError):
+        return False
