@@ -1,0 +1,126 @@
+"""GRPOConfig: every knob of a GRPO run, in one frozen dataclass.
+
+Field names match the lessons, and TRL's ``GRPOConfig`` where TRL has the same knob (the
+notation table in ``grpo_edu.notation`` maps the rest, and verl's names). Every field is
+checked when the config is made, before any model loads; errors name the field and the fix.
+
+The defaults are tuned for the bundled tiny model on a laptop CPU, not for an LLM: a
+learning rate of 5e-6–2e-5 (seed 004's advice) suits a billion-parameter model that starts
+out good at the task; a 100k-parameter model learns at ~1e-3.
+"""
+
+from dataclasses import asdict, dataclass, fields
+
+from grpo_edu import _checks
+
+BUNDLED_MODEL = "bundled"
+"""The model name that means "the tiny model in assets/tiny-adder"."""
+
+# fields that may differ when a run is resumed: they do not change what a step computes
+RESUMABLE_CHANGES = ("total_training_steps", "total_epochs", "output_dir", "checkpoint_every",
+                     "eval_size", "eval_every", "device")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Settings of one GRPO run (see each field's docstring)."""
+
+    model: str = BUNDLED_MODEL
+    """A local model directory, a Hugging Face hub name (needs internet), or "bundled"."""
+    task: str = "addition"
+    """Verifiable task giving the prompts and the reward (``grpo_edu.tasks.TASKS``)."""
+    dataset: str | None = None
+    """Optional prompt file (.json/.jsonl/.csv with "prompt" and "answer") instead of the task's train split."""
+
+    batch_size: int = 16
+    """B: prompts per step. Seed advice: at least 2–4, 8+ when memory allows."""
+    num_generations: int = 8
+    """G: completions per prompt (group size). Seed advice: 4–8; ≥ 8 for low-entropy instruct models."""
+    total_training_steps: int | None = 150
+    """Hard stop, in steps (one step = sample, score, update). Usually reached first."""
+    total_epochs: int | None = None
+    """Back-stop, in passes over the prompts; the run stops at whichever limit comes first."""
+    micro_batch_size: int | None = None
+    """Completions per forward/backward pass (gradient accumulation); None = the whole step at once."""
+    num_iterations: int = 1
+    """μ: optimizer updates per sampled batch (DeepSeekMath's inner loop). 1 = strictly on-policy."""
+
+    learning_rate: float = 2e-3
+    """AdamW step size. 5e-6–2e-5 for LLMs (seed 004); the tiny model needs far more."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (global L2 norm); 0 turns it off."""
+    beta: float = 0.04
+    """β: weight of the KL(π_θ ‖ π_ref) penalty. 0 skips the reference model. TRL default 0.0, DeepSeekMath 0.04."""
+    epsilon: float = 0.2
+    """ε: clip range of the ratio r (lower side, and upper side unless epsilon_high is set)."""
+    epsilon_high: float | None = None
+    """ε_high: upper clip range (DAPO's clip-higher uses 0.28); None = epsilon."""
+    temperature: float = 1.0
+    """Sampling temperature τ for rollouts (also divides the logits in the loss, as TRL does)."""
+    max_completion_length: int = 8
+    """Most new tokens per completion (T)."""
+    loss_type: str = "grpo"
+    """How per-token losses are averaged: "grpo", "bnpo", "dapo" or "dr_grpo" (see grpo_edu.losses)."""
+    scale: str = "group"
+    """Advantage scaling: "group" (σ per group), "batch" (σ of the batch) or "none" (Dr. GRPO)."""
+    seed: int = 0
+    """Seeds data order, sampling and the reference copy: same seed, same run (on CPU)."""
+
+    eval_size: int = 500
+    """Held-out prompts scored before and after training (sampling at temperature 1); 0 skips."""
+    eval_every: int = 0
+    """Also score the held-out prompts every this many steps; 0 = only before and after."""
+    checkpoint_every: int = 0
+    """Write a checkpoint every this many steps (and at the end); 0 = never. Needs output_dir."""
+    output_dir: str | None = None
+    """Where checkpoints and the final model go."""
+    device: str = "auto"
+    """"auto" (CUDA when present, else CPU), "cpu" or "cuda". On CUDA the forward passes run in bf16 autocast."""
+    trust_remote_code: bool = False
+    """Allow a hub model to run its own Python code. Off: only turn on for code you have read."""
+
+    def __post_init__(self):
+        for name in ("batch_size", "num_generations", "num_iterations", "max_completion_length"):
+            _checks.positive_int(name, getattr(self, name), minimum=2 if name == "num_generations" else 1)
+        for name in ("learning_rate", "epsilon", "temperature"):
+            _checks.positive_float(name, getattr(self, name))
+        for name in ("beta", "max_grad_norm"):
+            _checks.positive_float(name, getattr(self, name), allow_zero=True)
+        if self.epsilon_high is not None:
+            _checks.positive_float("epsilon_high", self.epsilon_high)
+        for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
+            _checks.positive_int(name, getattr(self, name), minimum=0)
+        _checks.choice("loss_type", self.loss_type, ("grpo", "bnpo", "dapo", "dr_grpo"))
+        _checks.choice("scale", self.scale, ("group", "batch", "none"))
+        _checks.choice("device", self.device, ("auto", "cpu", "cuda"))
+        if self.checkpoint_every and not self.output_dir:
+            _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
+                         "pass output_dir=… (a folder), or checkpoint_every=0")
+        # batch_size, G, the stop conditions and micro-batching are checked by the schedule
+        # itself; the real dataset size is checked again once the prompts are loaded.
+        self.schedule(dataset_size=self.batch_size)
+
+    def schedule(self, dataset_size):
+        """The run's :class:`~grpo_edu.schedule.TrainingSchedule` for ``dataset_size`` prompts."""
+        from grpo_edu.schedule import TrainingSchedule
+
+        return TrainingSchedule(dataset_size=dataset_size, batch_size=self.batch_size,
+                                num_generations=self.num_generations, total_epochs=self.total_epochs,
+                                total_training_steps=self.total_training_steps,
+                                micro_batch_size=self.micro_batch_size)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            _checks.fail("config", f"unknown fields {unknown}", f"use only {sorted(known)}")
+        return cls(**data)
+
+    def incompatible_with(self, other):
+        """Fields (name, self's value, other's value) that forbid resuming ``other``'s run with this config."""
+        return [(f.name, getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
+                if f.name not in RESUMABLE_CHANGES and getattr(self, f.name) != getattr(other, f.name)]

@@ -1,0 +1,244 @@
+"""The GRPO trainer: a thin loop that reads like DeepSeekMath's algorithm box.
+
+    for step = 1 … total_steps:
+        1. take batch_size prompts                          (schedule: epoch order, drop_last)
+        2. sample G completions each with π_θold            (rollout.generate)
+        3. score them                                       (rewards.compute_rewards)
+        4. Â = group-relative advantages                    (advantages.group_advantages)
+        5. log π_ref of the completions, if β > 0           (rollout.completion_logprobs)
+        6. for μ = num_iterations inner updates:
+               for each micro-batch: loss = grpo_loss(…); backward   (gradient accumulation)
+               clip the gradient; optimizer step
+
+The trainer computes no formula itself: each line above calls the module that owns it.
+
+Counting: one *step* here is one sampled batch, so with ``num_iterations`` μ > 1 a step
+makes μ optimizer updates. TRL counts optimizer updates as its steps instead.
+With μ = 1 the policy that sampled is the policy being updated, so π_θold is the detached
+current log-prob (ratio exactly 1, as in TRL); with μ > 1 the sampler's own log-probs serve
+as π_θold (TRL recomputes them with an extra forward pass; on CPU in float32 the two agree
+to ~1e-6).
+"""
+
+import copy
+import time
+
+import torch
+
+from grpo_edu import checkpoint as ckpt
+from grpo_edu.advantages import group_advantages, zero_std_groups
+from grpo_edu.config import GRPOConfig
+from grpo_edu.evaluation import evaluate
+from grpo_edu.losses import grpo_loss
+from grpo_edu.models import load_model_and_tokenizer, pick_device
+from grpo_edu.rewards import compute_rewards
+from grpo_edu.rollout import completion_logprobs, generate
+from grpo_edu.tasks import get_task, load_prompts
+
+
+class GRPOTrainer:
+    """Train a causal LM with GRPO. ``train()`` runs the whole schedule; ``step()`` one step.
+
+    Everything is optional but the config: by default the bundled model, the config's task
+    (its train split as prompts, its checker as the reward) and its held-out split.
+    ``callbacks`` are called with each step's metrics dict (e.g. to draw live curves).
+    """
+
+    def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
+                 reward_funcs=None, callbacks=()):
+        self.config = config = config or GRPOConfig()
+        self.task = get_task(config.task)
+        source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
+        self.train_rows = load_prompts(source)                         # checks every row has a prompt
+        self.eval_rows = eval_rows if eval_rows is not None else self.task.split("heldout", config.eval_size or None)
+        self.schedule = config.schedule(len(self.train_rows))          # checks batch_size ≤ dataset size
+        self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task.reward]
+        self.callbacks = list(callbacks)
+
+        self.device = pick_device(config.device)
+        if model is None:
+            model, tokenizer = load_model_and_tokenizer(config.model, device=self.device,
+                                                        trust_remote_code=config.trust_remote_code)
+        elif tokenizer is None:
+            raise ValueError("tokenizer: a model was passed without its tokenizer. Fix: pass tokenizer=… too.")
+        self.model, self.tokenizer = model.to(self.device), tokenizer
+        self.model.train()
+        # π_ref: a frozen copy of the starting policy, only needed for the KL term
+        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
+                                           betas=(0.9, 0.99), weight_decay=0.0)
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.step_count = 0
+        self.history = []      # one metrics dict per step
+        self.evals = []        # {"step", "accuracy"} per evaluation
+
+    # --- data ----------------------------------------------------------------------------
+    def batch_for(self, step):
+        """The batch_size rows of ``step`` (from 1): a seeded shuffle per epoch, last partial batch dropped."""
+        epoch = self.schedule.epoch_of(step)
+        order = torch.randperm(len(self.train_rows),
+                               generator=torch.Generator().manual_seed(self.config.seed * 100_003 + epoch))
+        start = ((step - 1) % self.schedule.steps_per_epoch) * self.config.batch_size
+        return [self.train_rows[i] for i in order[start:start + self.config.batch_size].tolist()]
+
+    # --- one step ------------------------------------------------------------------------
+    def step(self):
+        """Run one GRPO step (see the module docstring) and return its metrics."""
+        c, G = self.config, self.config.num_generations
+        t0 = time.perf_counter()
+        self.step_count += 1
+        rows = self.batch_for(self.step_count)                                       # 1. B prompts
+
+        self.model.eval()
+        with self._autocast():
+            rollout = generate(self.model, self.tokenizer, [r["prompt"] for r in rows],  # 2. G completions
+                               num_generations=G, max_new_tokens=c.max_completion_length,
+                               temperature=c.temperature, generator=self.generator)
+        self.model.train()
+        rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions, G)  # 3. (B, G)
+        advantages = group_advantages(rewards, scale=c.scale).reshape(-1).to(self.device)  # 4. Â, (N,)
+
+        input_ids, attention_mask = rollout.input_ids, rollout.attention_mask      # (N, P+T)
+        T = rollout.completion_ids.shape[1]
+        ref_logprobs = None
+        if self.ref_model is not None:                                               # 5. π_ref
+            with torch.no_grad(), self._autocast():
+                ref_logprobs, _ = completion_logprobs(self.ref_model, input_ids, attention_mask, T,
+                                                      temperature=c.temperature)
+
+        N = input_ids.shape[0]
+        mb = c.micro_batch_size or N
+        total_active = rollout.completion_mask.sum()
+        sums = {"clip_fraction": 0.0, "kl_mean": 0.0, "ratio_mean": 0.0, "entropy": 0.0}
+        loss_total, grad_norm = 0.0, 0.0
+        for _ in range(c.num_iterations):                                            # 6. μ updates
+            self.optimizer.zero_grad(set_to_none=True)
+            for s in range(0, N, mb):
+                idx = slice(s, s + mb)
+                with self._autocast():
+                    logprobs, entropy = completion_logprobs(self.model, input_ids[idx], attention_mask[idx], T,
+                                                            temperature=c.temperature, with_entropy=True)
+                old = rollout.logprobs[idx] if c.num_iterations > 1 else logprobs.detach()
+                mask = rollout.completion_mask[idx]
+                loss, info = grpo_loss(
+                    logprobs, old, advantages[idx], mask,
+                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[idx], beta=c.beta,
+                    epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
+                    max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
+                    num_active_tokens=total_active if c.loss_type == "dapo" else None)
+                weight = 1.0 if c.loss_type == "dapo" else (mask.shape[0] / N)     # accumulate to the step's loss
+                (loss * weight).backward()
+                loss_total += float(loss.detach()) * weight / c.num_iterations
+                share = info["num_active_tokens"] / max(float(total_active), 1.0) / c.num_iterations
+                for key in ("clip_fraction", "kl_mean", "ratio_mean"):
+                    sums[key] += info[key] * share
+                sums["entropy"] += float((entropy * mask).sum()) / max(float(total_active), 1.0) / c.num_iterations
+            if c.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+            self.optimizer.step()
+
+        correct = [self.task.is_correct(text, row["answer"])
+                   for text, row in zip(rollout.completions, [r for r in rows for _ in range(G)])] \
+            if "answer" in rows[0] else []
+        metrics = {
+            "step": self.step_count,
+            "epoch": self.schedule.epoch_of(self.step_count),
+            "loss": loss_total,
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()),
+            "accuracy": sum(correct) / len(correct) if correct else None,
+            "dead_group_fraction": float(zero_std_groups(rewards).float().mean()),
+            "clip_fraction": sums["clip_fraction"],
+            "kl": sums["kl_mean"],
+            "ratio_mean": sums["ratio_mean"],
+            "entropy": sums["entropy"],
+            "completion_length": float(rollout.lengths.float().mean()),
+            "grad_norm": grad_norm,
+            **reward_info,
+            "seconds": time.perf_counter() - t0,
+        }
+        self.history.append(metrics)
+        for callback in self.callbacks:
+            callback(metrics)
+        return metrics
+
+    # --- the whole run -------------------------------------------------------------------
+    def evaluate(self, rows=None, **kwargs):
+        """Held-out accuracy (sampling at temperature 1 unless told otherwise)."""
+        kwargs.setdefault("max_new_tokens", self.config.max_completion_length)
+        kwargs.setdefault("seed", self.config.seed)
+        with self._autocast():
+            return evaluate(self.model, self.tokenizer, self.eval_rows if rows is None else rows, self.task, **kwargs)
+
+    def _record_eval(self):
+        if self.config.eval_size and self.eval_rows:
+            acc = self.evaluate()["accuracy"]
+            self.evals.append({"step": self.step_count, "accuracy": acc})
+            return acc
+        return None
+
+    def train(self, *, resume_from=None, progress=True):
+        """Run until the schedule ends; returns the list of per-step metrics.
+
+        ``resume_from``: an output_dir or checkpoint folder; the run continues exactly where
+        it stopped (on CPU, the metrics equal an uninterrupted run's).
+        """
+        from tqdm.auto import tqdm
+
+        c = self.config
+        if resume_from is not None:
+            self.load_checkpoint(resume_from)
+        elif not self.evals:
+            self._record_eval()
+        bar = tqdm(total=self.schedule.total_steps, initial=self.step_count, disable=not progress,
+                   desc="GRPO", unit="step", dynamic_ncols=True)
+        while self.step_count < self.schedule.total_steps:
+            m = self.step()
+            bar.update(1)
+            bar.set_postfix(reward=f"{m['reward_mean']:.2f}", kl=f"{m['kl']:.3f}", refresh=False)
+            if c.eval_every and self.step_count % c.eval_every == 0:
+                self._record_eval()
+            if c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
+                self.save_checkpoint()
+        bar.close()
+        if not self.evals or self.evals[-1]["step"] != self.step_count:
+            self._record_eval()
+        if c.output_dir and (not c.checkpoint_every or self.step_count % c.checkpoint_every):
+            self.save_checkpoint()
+        return self.history
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self):
+        rng = {"sampling": self.generator.get_state(), "torch_cpu": torch.get_rng_state()}
+        return ckpt.save_checkpoint(self.config.output_dir, self.step_count, model=self.model,
+                                    tokenizer=self.tokenizer, optimizer=self.optimizer, rng=rng,
+                                    config=self.config, metrics={"history": self.history, "evals": self.evals})
+
+    def load_checkpoint(self, path):
+        """Restore weights, optimizer, RNG states and logs; refuse an incompatible config."""
+        from safetensors.torch import load_file
+
+        folder, state, optim, rng = ckpt.load_trainer_state(path)
+        saved = GRPOConfig.from_dict(state["config"])
+        clashes = self.config.incompatible_with(saved)
+        if clashes:
+            listed = "; ".join(f"{k}: checkpoint {b!r}, now {a!r}" for k, a, b in clashes)
+            raise ValueError(f"resume_from: {folder} was made with an incompatible config ({listed}). "
+                             f"Fix: resume with the checkpoint's values, or start a new run in another output_dir.")
+        weights = load_file(folder / "model.safetensors", device=str(self.device))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:   # tied lm_head is not stored
+            raise ValueError(f"resume_from: {folder} holds weights of another model "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]}). Fix: resume with the same model.")
+        self.model.tie_weights()
+        self.optimizer.load_state_dict(optim)
+        self.generator.set_state(rng["sampling"].to(self.generator.get_state().device))
+        torch.set_rng_state(rng["torch_cpu"])
+        self.step_count = state["step"]
+        self.history = state["metrics"]["history"]
+        self.evals = state["metrics"]["evals"]
+
+    def _autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cpu", enabled=False)
