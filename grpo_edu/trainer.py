@@ -54,6 +54,10 @@ class GRPOTrainer:
         self.schedule = config.schedule(len(self.train_rows))          # checks batch_size ≤ dataset size
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task.reward]
         self.callbacks = list(callbacks)
+        # preflight: call every reward function once on placeholder completions, so a function
+        # that returns the wrong count or NaN fails now, before a model is even loaded
+        compute_rewards(self.reward_funcs, self.batch_for(1), [""] * self.schedule.completions_per_step,
+                        config.num_generations)
 
         self.device = pick_device(config.device)
         if model is None:
