@@ -144,15 +144,19 @@ def rank_advantages(rewards):
     return back(u - u.mean(axis=1, keepdims=True))
 
 
-def dead_group_probability(p, num_generations):
+def dead_group_probability(p, num_generations, *, batch_size=1):
     """P(a group is dead) = p^G + (1 − p)^G for a prompt answered correctly with prob. p.
 
     With a 0/1 reward, a group carries no signal when all G answers are right (p^G) or all
-    are wrong ((1 − p)^G). Works elementwise on numpy arrays of p.
+    are wrong ((1 − p)^G). With ``batch_size`` B > 1 it is the chance that *every* group of
+    a step is dead, (p^G + (1 − p)^G)^B, assuming all B prompts share the same p (a
+    simplification: real prompts differ in difficulty). Works elementwise on arrays of p.
     """
     _checks.positive_int("num_generations", num_generations, minimum=1)
+    _checks.positive_int("batch_size", batch_size)
     p_arr = np.asarray(p, dtype=np.float64)
     if not ((p_arr >= 0) & (p_arr <= 1)).all():
         _checks.fail("p", f"must be a probability in [0, 1], got {p!r}", "pass a success rate between 0 and 1")
-    out = p_arr ** num_generations + (1 - p_arr) ** num_generations
+    group = p_arr ** num_generations + (1 - p_arr) ** num_generations    # P(one group dead)
+    out = group ** batch_size                                            # all B groups dead
     return float(out) if out.ndim == 0 else out

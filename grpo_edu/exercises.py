@@ -40,7 +40,39 @@ def _adv(rewards, **kw):
 def _dead(p, G, B=1):
     from grpo_edu.advantages import dead_group_probability
 
-    return dead_group_probability(p, G) ** B
+    return dead_group_probability(p, G, batch_size=B)
+
+
+def _objective(ratio, advantage, epsilon=0.2, epsilon_high=None):
+    """−grpo_loss for one token with π_θ/π_θold = ratio: min(r·Â, clip(r)·Â)."""
+    import torch
+
+    from grpo_edu.losses import grpo_loss
+
+    logprobs = torch.tensor([[math.log(ratio)]], dtype=torch.float64)
+    loss, _ = grpo_loss(logprobs, torch.zeros_like(logprobs), torch.tensor([float(advantage)]),
+                        torch.ones_like(logprobs), epsilon=epsilon, epsilon_high=epsilon_high)
+    return -loss.item()
+
+
+def _k3(p_theta, p_ref):
+    from grpo_edu.kl import kl_estimate
+
+    return float(kl_estimate(math.log(p_theta), math.log(p_ref), kind="k3"))
+
+
+def _token_weight(lengths, loss_type, answer):
+    """Gradient weight −∂loss/∂logprob of one token of answer ``answer`` (Â = 1, on-policy)."""
+    import torch
+
+    from grpo_edu.losses import grpo_loss
+
+    T = max(lengths)
+    mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])       # (N, T)
+    logprobs = torch.zeros(len(lengths), T, requires_grad=True)
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), torch.ones(len(lengths)), mask, loss_type=loss_type)
+    loss.backward()
+    return -logprobs.grad[answer, 0].item()
 
 
 EXERCISES: dict[str, Exercise] = {
@@ -85,6 +117,22 @@ EXERCISES: dict[str, Exercise] = {
     "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
                      lambda: round(_dead(0.5, 2, 4), 4),
                      "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
+    # lesson 04: clipped loss and KL
+    "04.1": Exercise("ε = 0.2, Â = +1, and the new policy made a token 1.5 times as likely (r = 1.5). "
+                     "What is this token's objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â)?",
+                     lambda: _objective(1.5, 1.0),
+                     "clip(1.5, 0.8, 1.2) = 1.2; take the smaller of 1.5·Â and 1.2·Â."),
+    "04.2": Exercise("ε = 0.2, Â = −1, r = 0.5. What is the token's objective? (the min picks the worse case)",
+                     lambda: _objective(0.5, -1.0),
+                     "r·Â = −0.5 and clip(0.5, 0.8, 1.2)·Â = −0.8; min takes the smaller (more negative) one."),
+    "04.3": Exercise("The policy gives a token probability 0.5, the reference model 0.25. "
+                     "What is the k3 estimate of the KL for this token? (4 decimals)",
+                     lambda: round(_k3(0.5, 0.25), 4),
+                     "with ρ = π_ref/π_θ = 0.5: k3 = ρ − log ρ − 1.", tolerance=1e-4),
+    "04.4": Exercise("Two answers, 2 tokens and 8 tokens, both with Â = 1, loss_type = 'grpo'. What is the "
+                     "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
+                     lambda: _token_weight((2, 8), "grpo", 1),
+                     "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
 }
 
 

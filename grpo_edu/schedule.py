@@ -144,6 +144,11 @@ class TrainingSchedule:
             "epochs_completed": round(self.epochs_completed, 4),
         }
 
+    @property
+    def limits(self) -> dict:
+        """The stop conditions that are given, in steps: {"total_training_steps": …, "total_epochs": …}."""
+        return self._limits()
+
     def _limits(self) -> dict:
         limits = {}
         if self.total_training_steps is not None:

@@ -1,0 +1,211 @@
+"""``grpo-edu bench``: how fast is one GRPO step, against the bare floor and against TRL?
+
+Three measurements, each in its own fresh Python process (so start-up time and peak memory
+are honest), on the bundled model at the course's default step: 4 prompts × G = 8, up to
+8 new tokens, β = 0.04, one iteration, sampling at temperature 1.
+
+* ``grpo_edu``: ``GRPOTrainer.step()``, the real trainer.
+* ``floor``: the bare PyTorch passes no GRPO step can avoid, with nothing else: sampling
+  the completions with the KV cache, the reference model's forward, the policy's forward
+  and backward, and the optimizer step. The trainer's time as a multiple of it is its
+  overhead.
+* ``trl``: ``trl.GRPOTrainer`` on the same model directory, prompts, reward and settings
+  (bf16 off, constant learning rate, same loss_type), when trl is installed.
+
+Each prints the median seconds per step, generated tokens per second, the seconds from
+process start to the end of the first step, and the peak resident memory (RSS).
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SETTINGS = dict(batch_size=4, num_generations=8, max_completion_length=8, beta=0.04, num_iterations=1,
+                learning_rate=1e-3, loss_type="grpo", temperature=1.0, seed=0)
+
+
+def _peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _report(name, t0, step_times, tokens, first_step_end):
+    return {"name": name, "median_step_s": statistics.median(step_times), "steps": len(step_times),
+            "tokens_per_s": tokens / sum(step_times), "first_step_s": first_step_end - t0,
+            "peak_rss_mib": _peak_rss_mib()}
+
+
+def child_grpo_edu(t0, steps, warmup):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.trainer import GRPOTrainer
+
+    total = steps + warmup
+    trainer = GRPOTrainer(GRPOConfig(**SETTINGS, total_training_steps=total, eval_size=0))
+    times, tokens, first_end = [], 0, None
+    for i in range(total):
+        start = time.perf_counter()
+        m = trainer.step()
+        end = time.perf_counter()
+        if first_end is None:
+            first_end = time.time()
+        if i >= warmup:
+            times.append(end - start)
+            tokens += m["completion_length"] * SETTINGS["batch_size"] * SETTINGS["num_generations"]
+    return _report("grpo_edu", t0, times, tokens, first_end)
+
+
+def child_floor(t0, steps, warmup):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_edu.models import bundled_model_dir
+    from grpo_edu.tasks import get_task
+
+    path = bundled_model_dir()
+    tok = AutoTokenizer.from_pretrained(path)
+    policy = AutoModelForCausalLM.from_pretrained(path)
+    ref = AutoModelForCausalLM.from_pretrained(path).eval().requires_grad_(False)
+    opt = torch.optim.AdamW(policy.parameters(), lr=SETTINGS["learning_rate"])
+    rows = get_task("addition").split("train")
+    G, B, max_new = SETTINGS["num_generations"], SETTINGS["batch_size"], SETTINGS["max_completion_length"]
+    gen = torch.Generator().manual_seed(0)
+    cache_kw = "cache" if "cache" in policy.forward.__code__.co_varnames else "past_key_values"
+    times, tokens, first_end = [], 0, None
+    for i in range(steps + warmup):
+        start = time.perf_counter()
+        batch = [r["prompt"] for r in rows[i * B:(i + 1) * B]]
+        ids = tok(batch, return_tensors="pt", padding=True, padding_side="left")["input_ids"].repeat_interleave(G, 0)
+        with torch.no_grad():                                   # sampling with the KV cache
+            out = policy(input_ids=ids, use_cache=True, logits_to_keep=1)
+            new, done = [], torch.zeros(ids.shape[0], dtype=torch.bool)
+            for _ in range(max_new):
+                t = torch.multinomial(torch.softmax(out.logits[:, -1].float(), -1), 1, generator=gen)
+                new.append(t)
+                done |= t.squeeze(1) == tok.eos_token_id
+                if done.all():
+                    break
+                out = policy(input_ids=t, use_cache=True, **{cache_kw: getattr(out, cache_kw)})
+        seq = torch.cat([ids] + new, 1)
+        T = len(new)
+        with torch.no_grad():                                   # reference forward
+            ref(input_ids=seq, logits_to_keep=T + 1)
+        logits = policy(input_ids=seq, logits_to_keep=T + 1).logits[:, :-1]    # policy forward
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, seq[:, -T:, None])
+        lp.mean().backward()                                    # backward
+        opt.step()                                              # optimizer step
+        opt.zero_grad(set_to_none=True)
+        end = time.perf_counter()
+        if first_end is None:
+            first_end = time.time()
+        if i >= warmup:
+            times.append(end - start)
+            tokens += T * ids.shape[0]
+    return _report("floor", t0, times, tokens, first_end)
+
+
+def child_trl(t0, steps, warmup):
+    import datasets
+    from transformers import TrainerCallback
+    from trl import GRPOConfig as TRLConfig, GRPOTrainer as TRLTrainer
+
+    from grpo_edu.models import bundled_model_dir
+    from grpo_edu.tasks import get_task
+
+    task = get_task("addition")
+    times, marks = [], {"start": None, "first_end": None, "tokens": 0.0}
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            marks["start"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - marks["start"])
+            if marks["first_end"] is None:
+                marks["first_end"] = time.time()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs and state.global_step > warmup:
+                marks["tokens"] += logs["completions/mean_length"] * G * B
+
+    def reward_addition(prompts, completions, answer, **kw):
+        return task.reward(prompts, completions, answer)
+
+    B, G = SETTINGS["batch_size"], SETTINGS["num_generations"]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TRLConfig(output_dir=tmp, per_device_train_batch_size=B * G, num_generations=G,
+                         max_completion_length=SETTINGS["max_completion_length"], beta=SETTINGS["beta"],
+                         num_iterations=1, learning_rate=SETTINGS["learning_rate"], lr_scheduler_type="constant",
+                         loss_type=SETTINGS["loss_type"], temperature=1.0, top_k=0, bf16=False, use_cpu=True,
+                         max_steps=steps + warmup, logging_steps=1, report_to=[], save_strategy="no",
+                         seed=0, disable_tqdm=True, dataloader_num_workers=0)
+        trainer = TRLTrainer(model=str(bundled_model_dir()), reward_funcs=[reward_addition], args=args,
+                             train_dataset=datasets.Dataset.from_list(task.split("train")), callbacks=[Timer()])
+        trainer.train()
+    return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
+
+
+CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl}
+
+
+def _run_child(name, steps, warmup):
+    env = dict(os.environ, GRPO_EDU_BENCH_T0=repr(time.time()), TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, "-m", "grpo_edu.bench", "--child", name, "--steps", str(steps),
+                           "--warmup", str(warmup)], env=env, capture_output=True, text=True)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    if proc.returncode or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"the {name} benchmark failed:\n" + "\n".join(tail))
+    return json.loads(lines[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="grpo-edu bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per run (default 30)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--no-trl", action="store_true", help="skip TRL even when installed")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be ≥ 1 and --warmup ≥ 0")
+
+    if args.child:
+        t0 = float(os.environ.get("GRPO_EDU_BENCH_T0", time.time()))
+        print(json.dumps(CHILDREN[args.child](t0, args.steps, args.warmup)), flush=True)
+        return 0
+
+    names = ["grpo_edu", "floor"]
+    try:
+        import trl  # noqa: F401
+        if not args.no_trl:
+            names.append("trl")
+    except ImportError:
+        print("trl is not installed: skipping the TRL comparison (pip install trl to add it)")
+    print(f"one step = {SETTINGS['batch_size']} prompts × G={SETTINGS['num_generations']}, "
+          f"≤{SETTINGS['max_completion_length']} new tokens, beta={SETTINGS['beta']}, 1 iteration; "
+          f"{args.steps} timed steps after {args.warmup} warm-up; torch threads: default")
+    results = {name: _run_child(name, args.steps, args.warmup) for name in names}
+    print(f"{'':10} {'s/step (median)':>16} {'tokens/s':>10} {'start→1st step s':>17} {'peak RSS MiB':>13}")
+    for r in results.values():
+        print(f"{r['name']:10} {r['median_step_s']:16.4f} {r['tokens_per_s']:10.0f} {r['first_step_s']:17.2f} "
+              f"{r['peak_rss_mib']:13.0f}")
+    ours, floor = results["grpo_edu"], results["floor"]
+    print(f"grpo_edu step / floor step: {ours['median_step_s'] / floor['median_step_s']:.2f}× (goal ≤ 1.2×)")
+    if "trl" in results:
+        trl_r = results["trl"]
+        print(f"TRL step / grpo_edu step:   {trl_r['median_step_s'] / ours['median_step_s']:.2f}× (goal ≥ 1.5×)")
+        print(f"peak RSS grpo_edu / TRL:    {ours['peak_rss_mib'] / trl_r['peak_rss_mib']:.2f}× (goal < 1)")
+    print(f"start → first step: {ours['first_step_s']:.2f} s (goal ≤ 2 s)")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

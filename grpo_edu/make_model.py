@@ -1,0 +1,325 @@
+"""Build the bundled tiny model: a 2-layer Llama that half knows two-digit addition.
+
+GRPO can only improve a policy that is *sometimes* right: a group of G answers that are
+all wrong (or all right) has σ = 0 and gives no gradient. So the course does not start
+from random weights. This script trains a tiny ``LlamaForCausalLM`` by ordinary
+supervised next-token prediction (teacher forcing) on the addition train split and stops
+early, when sampling at temperature 1 answers about 40% of held-out prompts correctly.
+Stopped there, the model already writes the format (digits, then ``<eos>``) and on most
+prompts puts real but not overwhelming probability on the right answer, which is the
+starting point where GRPO has the most to do and the most signal to do it with.
+
+Run ``python -m grpo_edu.make_model --out assets/tiny-adder`` (about a minute on a
+2-core laptop). The same seed gives byte-identical ``model.safetensors`` on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import sys
+import time
+
+from grpo_edu._checks import fail, positive_float, positive_int
+from grpo_edu.tasks import get_task
+from grpo_edu.tokenizer import build_char_tokenizer, save_char_tokenizer
+
+DEFAULT_OUT = "assets/tiny-adder"
+BAND = (0.20, 0.60)
+"""Held-out sampled accuracy the bundled model must land in (the tests check it)."""
+
+
+def tiny_llama_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2,
+                      num_heads: int = 4, max_positions: int = 32):
+    """A ``LlamaConfig`` small enough to train and run RL on a laptop CPU.
+
+    About 130k parameters with the defaults. The output layer reuses the embedding matrix
+    (``tie_word_embeddings``), which halves the vocabulary's share of the weights.
+    """
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def encode_for_warmup(tokenizer, rows: list[dict]):
+    """Token ids and labels for teacher forcing: ``<bos> prompt answer <eos>``, right-padded.
+
+    Labels are -100 (ignored by the loss) on ``<bos>``, the prompt and the padding, so the
+    model learns to *answer* and to stop, not to write prompts.
+    Returns ``input_ids, labels``, both ``(R, L)`` with R rows, L the longest sequence.
+    """
+    import torch
+
+    sequences, labels = [], []
+    for row in rows:
+        prompt = tokenizer(row["prompt"])["input_ids"]  # <bos> first
+        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
+        answer = answer + [tokenizer.eos_token_id]
+        sequences.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    length = max(len(s) for s in sequences)
+    input_ids = torch.full((len(rows), length), tokenizer.pad_token_id)  # (R, L)
+    target = torch.full((len(rows), length), -100)  # (R, L)
+    for i, (s, y) in enumerate(zip(sequences, labels)):
+        input_ids[i, : len(s)] = torch.tensor(s)
+        target[i, : len(y)] = torch.tensor(y)
+    return input_ids, target
+
+
+def sample_completions(model, tokenizer, prompts: list[str], *, temperature: float = 1.0,
+                       num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4,
+                       batch_size: int = 1024):
+    """``num_samples`` completions per prompt, prompt-major: all of prompt 0's come first.
+
+    ``temperature=0`` means greedy decoding. Sampling is plain multinomial sampling from
+    softmax(logits / temperature): no top-k, no top-p. The random state is seeded here
+    and restored afterwards, so evaluating never changes the caller's RNG.
+    Returns ``(texts, stopped)``: the text before the first ``<eos>`` with special tokens
+    removed, and whether ``<eos>`` was produced within ``max_new_tokens``.
+    """
+    import torch
+
+    positive_float("temperature", temperature, allow_zero=True,
+                   fix="pass 1.0 to sample as GRPO does, or 0 for greedy decoding")
+    positive_int("num_samples", num_samples)
+    positive_int("max_new_tokens", max_new_tokens)
+    positive_int("batch_size", batch_size)
+    greedy = temperature == 0
+    repeated = [p for p in prompts for _ in range(1 if greedy else num_samples)]
+    options = dict(do_sample=False) if greedy else dict(
+        do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+    eos = tokenizer.eos_token_id
+    texts, stopped = [], []
+    was_training = model.training
+    model.eval()
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        for start in range(0, len(repeated), batch_size):
+            batch = tokenizer(repeated[start: start + batch_size], return_tensors="pt",
+                              padding=True)  # left-padded: (b, P)
+            output = model.generate(**batch, max_new_tokens=max_new_tokens,
+                                    pad_token_id=tokenizer.pad_token_id,
+                                    eos_token_id=eos, **options)  # (b, P + ≤max_new_tokens)
+            for ids in output[:, batch["input_ids"].shape[1]:].tolist():  # (b, T)
+                ended = eos in ids
+                ids = ids[: ids.index(eos)] if ended else ids
+                texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+                stopped.append(ended)
+    model.train(was_training)
+    if greedy and num_samples > 1:  # greedy answers are all the same: copy, don't recompute
+        texts = [t for t in texts for _ in range(num_samples)]
+        stopped = [s for s in stopped for _ in range(num_samples)]
+    return texts, stopped
+
+
+def success_rates(model, tokenizer, rows: list[dict], task, **sampling) -> list[float]:
+    """Per prompt, the fraction of its ``num_samples`` completions that are correct.
+
+    This estimates p, the chance that one sampled answer is right. A GRPO group of G
+    answers is all-equal (σ = 0, no learning signal) with probability pᴳ + (1 − p)ᴳ, so
+    prompts with 0 < p < 1 are the ones GRPO can learn from.
+    """
+    if not rows:
+        fail("rows", "is empty", "pass at least one {'prompt', 'answer'} row")
+    num_samples = sampling.get("num_samples", 1)
+    texts, _ = sample_completions(model, tokenizer, [r["prompt"] for r in rows], **sampling)
+    correct = [task.is_correct(t, rows[i // num_samples]["answer"]) for i, t in enumerate(texts)]
+    return [sum(correct[i * num_samples: (i + 1) * num_samples]) / num_samples
+            for i in range(len(rows))]
+
+
+def evaluate_accuracy(model, tokenizer, rows: list[dict], task, *, temperature: float = 1.0,
+                      num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4) -> float:
+    """Mean accuracy over ``rows`` × ``num_samples`` completions (``temperature=0``: greedy)."""
+    rates = success_rates(model, tokenizer, rows, task, temperature=temperature,
+                          num_samples=num_samples, seed=seed, max_new_tokens=max_new_tokens)
+    return sum(rates) / len(rates)
+
+
+def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
+                     batch_size: int = 64, check_every: int = 25, max_steps: int = 3000,
+                     stop_at: float = 0.40, eval_samples: int = 8,
+                     hidden_size: int = 64) -> dict:
+    """Warm up a tiny Llama on ``task`` and save it (weights + tokenizer) to ``out_dir``.
+
+    Every ``check_every`` steps the held-out sampled accuracy (temperature 1,
+    ``eval_samples`` answers per held-out prompt, seed 0) is measured; training stops at
+    the first check where it reaches ``stop_at``, or after ``max_steps``. The held-out
+    split is thus used to choose *when to stop*: its accuracy here is a calibration
+    target for the starting policy, not a claim about generalisation.
+    Returns a summary of what was measured; ``in_band`` says whether the sampled accuracy
+    is inside :data:`BAND`.
+    """
+    positive_int("seed", seed, minimum=0)
+    positive_float("lr", lr)
+    positive_int("batch_size", batch_size)
+    positive_int("check_every", check_every)
+    positive_int("max_steps", max_steps)
+    positive_int("eval_samples", eval_samples)
+    positive_int("hidden_size", hidden_size)
+    if not 0 < stop_at < 1:
+        fail("stop_at", f"must be a held-out accuracy strictly between 0 and 1, got {stop_at!r}",
+             f"pass about 0.4 (the bundled model must land in {BAND})")
+    the_task = get_task(task)  # checks the name before any work
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    started = time.perf_counter()
+    tokenizer = build_char_tokenizer()
+    train_rows = the_task.split("train")
+    heldout_rows = the_task.split("heldout")
+    max_new_tokens = the_task.max_answer_chars + 1  # the answer, then <eos>
+    input_ids, labels = encode_for_warmup(tokenizer, train_rows)  # (R, L)
+    attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
+
+    def sampled_accuracy(m):
+        return evaluate_accuracy(m, tokenizer, heldout_rows, the_task, temperature=1.0,
+                                 num_samples=eval_samples, seed=0,
+                                 max_new_tokens=max_new_tokens)
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # initial weights
+            model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=hidden_size))
+            order = torch.Generator().manual_seed(seed)  # batch order
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+            model.train()
+            history, step, batches = [], 0, []
+            while step < max_steps:
+                if not batches:  # a new epoch: a fresh permutation, the last partial batch dropped
+                    perm = torch.randperm(len(train_rows), generator=order)
+                    batches = list(perm.split(batch_size))[: len(train_rows) // batch_size]
+                index = batches.pop(0)  # (batch_size,)
+                loss = model(input_ids=input_ids[index], attention_mask=attention_mask[index],
+                             labels=labels[index]).loss
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step += 1
+                if step % check_every == 0 or step == max_steps:
+                    accuracy = sampled_accuracy(model)
+                    history.append({"step": step, "loss": round(loss.item(), 4),
+                                    "heldout_sampled_accuracy": accuracy})
+                    if accuracy >= stop_at:
+                        break
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    train_seconds = time.perf_counter() - started
+
+    summary = _measure(model, tokenizer, heldout_rows, the_task, eval_samples, max_new_tokens)
+    summary.update(
+        task=task, seed=seed, warmup_steps=step, lr=lr, batch_size=batch_size,
+        check_every=check_every, stop_at=stop_at,
+        in_band=BAND[0] <= summary["heldout_sampled_accuracy"] <= BAND[1],
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        command=_command(out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size,
+                         check_every=check_every, max_steps=max_steps, stop_at=stop_at,
+                         eval_samples=eval_samples, hidden_size=hidden_size),
+    )
+    _save(model, tokenizer, out_dir, summary, history)
+    summary["history"] = history
+    summary["train_seconds"] = round(train_seconds, 1)
+    summary["wall_seconds"] = round(time.perf_counter() - started, 1)
+    return summary
+
+
+def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens) -> dict:
+    """The numbers the README and the lessons quote about the starting policy."""
+    sampling = dict(seed=0, max_new_tokens=max_new_tokens)
+    texts, stopped = sample_completions(model, tokenizer, [r["prompt"] for r in heldout_rows],
+                                        temperature=1.0, num_samples=eval_samples, **sampling)
+    answers = [heldout_rows[i // eval_samples]["answer"] for i in range(len(texts))]
+    correct = [task.is_correct(t, a) for t, a in zip(texts, answers)]
+    rates = [sum(correct[i: i + eval_samples]) / eval_samples
+             for i in range(0, len(correct), eval_samples)]
+    # "well formed": 1..max_answer_chars digits, then <eos>
+    well_formed = [s and t.isdigit() and len(t) <= task.max_answer_chars
+                   for t, s in zip(texts, stopped)]
+    n = len(heldout_rows)
+    return {
+        "heldout_prompts": n,
+        "eval_samples_per_prompt": eval_samples,
+        "heldout_sampled_accuracy": round(sum(correct) / len(correct), 4),
+        "heldout_greedy_accuracy": round(evaluate_accuracy(
+            model, tokenizer, heldout_rows, task, temperature=0, **sampling), 4),
+        "fraction_prompts_0_lt_p_lt_1": round(sum(0 < p < 1 for p in rates) / n, 4),
+        "fraction_prompts_p_eq_0": round(sum(p == 0 for p in rates) / n, 4),
+        "fraction_prompts_p_eq_1": round(sum(p == 1 for p in rates) / n, 4),
+        "well_formed_rate": round(sum(well_formed) / len(well_formed), 4),
+    }
+
+
+def _command(out_dir, **options) -> str:
+    """The shell command that rebuilds this model: defaults left out, the rest spelled out."""
+    defaults = _option_defaults()
+    flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
+                    if value != defaults[name])
+    return f"python -m grpo_edu.make_model --out {out_dir}{flags}"
+
+
+def _save(model, tokenizer, out_dir, summary, history) -> None:
+    """Weights as safetensors, the tokenizer, and a JSON record of how they were made."""
+    import tokenizers
+    import torch
+    import transformers
+
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    save_char_tokenizer(tokenizer, out_dir)
+    record = dict(summary, history=history, versions={
+        "python": sys.version.split()[0], "torch": torch.__version__,
+        "transformers": transformers.__version__, "tokenizers": tokenizers.__version__})
+    with open(os.path.join(out_dir, "grpo_edu_model.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+        f.write("\n")
+
+
+def main(argv=None) -> int:
+    """Command line: ``python -m grpo_edu.make_model --out DIR [--seed N] ...``."""
+    defaults = _option_defaults()
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_edu.make_model",
+        description="Warm up the tiny Llama on a task and save it for GRPO.")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory")
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
+                            help=f"default: {default}")
+    args = vars(parser.parse_args(argv))
+    out_dir = args.pop("out")
+    summary = build_tiny_model(out_dir, **args)
+    for key in ("warmup_steps", "heldout_sampled_accuracy", "heldout_greedy_accuracy",
+                "fraction_prompts_0_lt_p_lt_1", "well_formed_rate", "wall_seconds"):
+        print(f"{key}: {summary[key]}")
+    print(f"saved to {out_dir}")
+    if not summary["in_band"]:
+        print(f"error: held-out sampled accuracy {summary['heldout_sampled_accuracy']} is "
+              f"outside {BAND}; lower --check-every or --lr so a check lands in the band",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _option_defaults() -> dict:
+    """``build_tiny_model``'s keyword options and their defaults: the CLI flags."""
+    return {name: p.default for name, p in inspect.signature(build_tiny_model).parameters.items()
+            if p.kind is p.KEYWORD_ONLY}
+
+if __name__ == "__main__":
+    raise SystemExit(main())

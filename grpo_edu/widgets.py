@@ -1,0 +1,196 @@
+"""Interactive panels for the lessons: sliders that redraw a table or a figure.
+
+A panel is a box of controls plus its results. The results are ordinary notebook outputs
+(a table, a figure), shown once under the controls with a display id and replaced in
+place whenever a control moves. So a notebook executed without a browser (nbval,
+nbconvert, a static viewer) still stores the default table and figure in the cell's own
+outputs, and a live notebook updates them. No ``ipywidgets.Output`` is used: what it
+captures is not saved when a notebook runs headless.
+
+Panels compute nothing themselves. Every number comes from the library modules
+(``schedule``, ``advantages``, ``kl``, ``losses``), mostly through ``grpo_edu.viz``.
+Each builder returns a ``Panel``; ``panel.outputs`` holds what it shows right now and
+``panel.params`` the control values, so tests can compare them with the library.
+"""
+
+import ipywidgets as W
+from IPython.display import display
+
+from grpo_edu import viz
+from grpo_edu.advantages import dead_group_probability, group_advantages, group_stats, rank_advantages
+from grpo_edu.schedule import TrainingSchedule
+
+_STYLE = {"description_width": "initial"}
+_LAYOUT = {"width": "420px"}
+
+
+class Panel(W.VBox):
+    """Controls (a VBox) whose results are displayed, and updated, as separate outputs."""
+
+    def __init__(self, name, controls, compute):
+        super().__init__(children=list(controls.values()))
+        self._name = name
+        self.controls = controls
+        """{parameter name: control widget}."""
+        self._compute = compute
+        self.outputs = compute(**self.params)
+        """What the panel shows now: a list of ``viz.Table``, ``viz.Note`` or Figures."""
+        self._shown = []  # one list of display handles per time the panel was displayed
+        for control in controls.values():
+            control.observe(self._refresh, names="value")
+
+    @property
+    def params(self):
+        """{parameter name: current control value}."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{self._name}({args})"
+
+    def _ipython_display_(self):
+        bundle = super()._repr_mimebundle_()      # the live controls (needs a browser)
+        bundle["text/plain"] = repr(self)          # deterministic, not truncated
+        display(bundle, raw=True)
+        self._shown.append([display(out, display_id=True) for out in self.outputs])
+
+    def _refresh(self, change=None):
+        try:
+            self.outputs = self._compute(**self.params)
+        except ValueError as err:                  # the library's message says what to fix
+            self.outputs = [viz.Note(str(err))] + [viz.Note("(change the setting above)")] * (
+                len(self.outputs) - 1)
+        for handles in self._shown:
+            for handle, out in zip(handles, self.outputs):
+                handle.update(out)
+
+
+def _int(name, value, lo, hi, step=1):
+    return W.IntSlider(value=value, min=min(lo, value), max=max(hi, value), step=step, description=name,
+                       continuous_update=False, style=_STYLE, layout=_LAYOUT)
+
+
+def _float(name, value, lo, hi, step):
+    return W.FloatSlider(value=value, min=min(lo, value), max=max(hi, value), step=step, description=name,
+                         continuous_update=False, readout_format=".2f", style=_STYLE, layout=_LAYOUT)
+
+
+# --- lesson 01 ----------------------------------------------------------------------------
+
+def schedule_panel(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3,
+                   total_training_steps=1000, micro_batch_size=8):
+    """Sliders for a ``TrainingSchedule``; shows its ``summary()`` and ``viz.schedule_timeline``.
+
+    The defaults are the seed's worked example (2000 prompts, batch 4, G 8, 1000 steps).
+    """
+    controls = {
+        "dataset_size": _int("dataset_size", dataset_size, 100, 5000, 100),
+        "batch_size": _int("batch_size", batch_size, 1, 64),
+        "num_generations": _int("num_generations (G)", num_generations, 2, 16),
+        "total_epochs": _int("total_epochs", total_epochs, 1, 20),
+        "total_training_steps": _int("total_training_steps", total_training_steps, 100, 5000, 100),
+        "micro_batch_size": _int("micro_batch_size", micro_batch_size, 1, 64),
+    }
+
+    def compute(**params):
+        schedule = TrainingSchedule(**params)
+        return [viz.Table(schedule.summary(), title="TrainingSchedule(...).summary()"),
+                viz.schedule_timeline(schedule)]
+
+    return Panel("SchedulePanel", controls, compute)
+
+
+# --- lesson 02 ----------------------------------------------------------------------------
+
+def _parse_rewards(text):
+    try:
+        return [float(x) for x in text.replace(";", ",").split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"rewards: could not read {text!r} as numbers. "
+                         "Fix: type numbers separated by commas, e.g. 1, 0, 0, 1.") from None
+
+
+def advantage_panel(rewards=(1, 0, 0, 1, 0, 0, 0, 1), scale="group"):
+    """Edit one group's rewards; shows ``viz.advantage_bars`` and a table of R, R − μ, Â."""
+    controls = {
+        "rewards": W.Text(value=", ".join(f"{r:g}" for r in rewards), description="rewards",
+                          continuous_update=False, style=_STYLE, layout=_LAYOUT),
+        "scale": W.Dropdown(options=["group", "none", "rank"], value=scale, description="scale",
+                            style=_STYLE),
+    }
+
+    def compute(rewards, scale):
+        values = _parse_rewards(rewards)
+        centred = group_advantages([values], scale="none")[0]          # R − μ
+        adv = rank_advantages([values])[0] if scale == "rank" else group_advantages([values], scale=scale)[0]
+        mu, sigma = (float(x[0]) for x in group_stats([values]))
+        rows = [{"completion": f"o{i}", "reward R": r, "R − μ": c, "advantage Â": a}
+                for i, (r, c, a) in enumerate(zip(values, centred, adv), start=1)]
+        title = f"μ = {mu:.4g}, σ (unbiased) = {sigma:.4g}, scale = {scale!r}"
+        return [viz.advantage_bars(values, scale=scale), viz.Table(rows, title=title)]
+
+    return Panel("AdvantagePanel", controls, compute)
+
+
+# --- lesson 03 ----------------------------------------------------------------------------
+
+def dead_group_panel(p=0.5, num_generations=8, batch_size=4):
+    """Sliders for p, G and B; shows P(group dead), P(step dead) and ``viz.dead_group_curves``.
+
+    P(step dead) = P(group dead)^B assumes every prompt in the batch has the same p.
+    """
+    controls = {
+        "p": _float("p (success rate)", p, 0.0, 1.0, 0.01),
+        "num_generations": _int("num_generations (G)", num_generations, 2, 64),
+        "batch_size": _int("batch_size (B)", batch_size, 1, 64),
+    }
+
+    def compute(p, num_generations, batch_size):
+        dead = dead_group_probability(p, num_generations)
+        table = viz.Table({
+            "P(group dead) = p^G + (1 − p)^G": dead,
+            "expected dead groups per step = B · P": batch_size * dead,
+            "P(whole step dead) = P^B (same p for all prompts)":
+                dead_group_probability(p, num_generations, batch_size=batch_size),
+        })
+        curves = tuple(sorted({2, 4, 8, 16, num_generations}))
+        return [table, viz.dead_group_curves(curves, p=p, G=num_generations)]
+
+    return Panel("DeadGroupPanel", controls, compute)
+
+
+# --- lesson 04 ----------------------------------------------------------------------------
+
+CLIP_TABLE_RATIOS = (0.5, 0.8, 1.0, 1.2, 1.28, 1.5)
+"""The ratios r listed in ``clip_panel``'s table."""
+
+
+def clip_panel(epsilon=0.2, epsilon_high=0.2):
+    """Sliders for ε and ε_high; shows ``viz.clip_objective`` and the objective at a few r."""
+    controls = {
+        "epsilon": _float("ε (epsilon)", epsilon, 0.05, 0.5, 0.01),
+        "epsilon_high": _float("ε_high (epsilon_high)", epsilon_high, 0.05, 0.5, 0.01),
+    }
+
+    def compute(epsilon, epsilon_high):
+        pos, pos_clip = viz.clip_curve(CLIP_TABLE_RATIOS, 1.0, epsilon=epsilon, epsilon_high=epsilon_high)
+        neg, neg_clip = viz.clip_curve(CLIP_TABLE_RATIOS, -1.0, epsilon=epsilon, epsilon_high=epsilon_high)
+        rows = [{"r": r, "objective, Â=+1": a, "clipped, Â=+1": ac, "objective, Â=−1": b, "clipped, Â=−1": bc}
+                for r, a, ac, b, bc in zip(CLIP_TABLE_RATIOS, pos, pos_clip, neg, neg_clip)]
+        return [viz.clip_objective(epsilon=epsilon, epsilon_high=epsilon_high), viz.Table(rows)]
+
+    return Panel("ClipPanel", controls, compute)
+
+
+def kl_panel(beta=0.04, steps=150):
+    """A β slider on the one-token toy run (``viz.one_token_bandit``), compared with β = 0."""
+    controls = {"beta": _float("β (beta)", beta, 0.0, 1.0, 0.01)}
+
+    def compute(beta):
+        rows = []
+        for b in dict.fromkeys((0.0, beta)):
+            p, kl = viz.one_token_bandit(b, steps=steps)
+            rows.append({"β": b, f"π_θ(correct) after {steps} steps": p[-1], "KL(π_θ ‖ π_ref)": kl[-1]})
+        return [viz.kl_leash(beta, steps=steps), viz.Table(rows)]
+
+    return Panel("KLPanel", controls, compute)

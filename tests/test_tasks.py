@@ -1,0 +1,183 @@
+"""Verifiable tasks: fixed splits, an exact checker, and a prompt loader that fails early."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from grpo_edu.tasks import TASKS, PromptFileNotFoundError, get_task, load_prompts
+
+
+def _solve(prompt):
+    """Independent reference: compute the answer from the prompt text."""
+    expression = prompt.rstrip("=")
+    op = "+" if "+" in expression else "-"
+    a, b = (int(x) for x in expression.split(op))
+    return str(a + b if op == "+" else a - b)
+
+
+# --- splits -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_splits_are_correct_disjoint_and_deterministic(name):
+    task = get_task(name)
+    train, heldout = task.split("train"), task.split("heldout")
+    assert len(heldout) == 500
+    train_prompts = {r["prompt"] for r in train}
+    heldout_prompts = {r["prompt"] for r in heldout}
+    assert len(train_prompts) == len(train) and len(heldout_prompts) == len(heldout)  # no repeats
+    assert not train_prompts & heldout_prompts
+    assert all(r["answer"] == _solve(r["prompt"]) for r in train + heldout)
+    assert all(len(r["answer"]) <= task.max_answer_chars for r in train + heldout)
+    assert task.split("train") == train and task.split("heldout") == heldout
+
+
+def test_split_sizes_and_operand_ranges():
+    addition = get_task("addition")
+    assert len(addition.split("train")) == 8100 - 500
+    operands = {int(x) for r in addition.split("train") for x in r["prompt"][:-1].split("+")}
+    assert operands == set(range(10, 100))
+    assert get_task("addition").row(12, 34) == {"prompt": "12+34=", "answer": "46"}
+    subtraction = get_task("subtraction").split("train") + get_task("subtraction").split("heldout")
+    assert len(subtraction) == 90 * 91 // 2  # pairs with a >= b
+    assert min(int(r["answer"]) for r in subtraction) == 0
+    assert len(get_task("addition3").split("train")) == 20_000
+    assert get_task("addition3").max_answer_chars == 4
+
+
+def test_first_n_rows_are_a_prefix_of_the_shuffled_split():
+    task = get_task("addition")
+    assert task.split("heldout", n=7) == task.split("heldout")[:7]
+    sums = [int(r["answer"]) for r in task.split("train", n=200)]
+    assert sums != sorted(sums)  # shuffled, not in operand order
+
+
+def test_splits_are_the_same_in_a_fresh_interpreter():
+    code = "from grpo_edu.tasks import get_task; print(get_task('addition').split('heldout', n=5))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(get_task("addition").split("heldout", n=5))
+
+
+def test_split_rejects_bad_arguments():
+    task = get_task("addition")
+    with pytest.raises(ValueError, match="split"):
+        task.split("test")
+    with pytest.raises(ValueError, match="n:"):
+        task.split("train", n=0)
+
+
+# --- checking answers -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("46", True), (" 46", True), ("46 \n", True),
+    ("47", False), ("046", False), ("46.0", False), ("4 6", False), ("", False), ("   ", False),
+])
+def test_is_correct_exact_match_after_strip(completion, expected):
+    assert get_task("addition").is_correct(completion, "46") is expected
+
+
+@given(answer=st.integers(0, 198), left=st.text(" \t\n", max_size=3),
+       right=st.text(" \t\n", max_size=3), other=st.integers(0, 198))
+def test_is_correct_ignores_surrounding_whitespace_only(answer, left, right, other):
+    task = get_task("addition")
+    assert task.is_correct(f"{left}{answer}{right}", str(answer))
+    assert task.is_correct(str(other), str(answer)) == (other == answer)
+
+
+def test_reward_is_trl_style_one_float_per_completion():
+    task = get_task("addition")
+    prompts = ["12+34="] * 3
+    rewards = task.reward(prompts, ["46", " 46", "45"], answer=["46"] * 3, completion_ids=None)
+    assert rewards == [1.0, 1.0, 0.0]
+    assert all(type(r) is float for r in rewards)
+    with pytest.raises(ValueError, match="answer"):
+        task.reward(prompts, ["46", "46", "46"], answer=["46"])
+
+
+def test_get_task_unknown_name_lists_known_ones():
+    with pytest.raises(ValueError, match=r"task.*'multiplication'.*addition.*subtraction"):
+        get_task("multiplication")
+
+
+def test_importing_tasks_does_not_import_torch():
+    code = "import sys, grpo_edu.tasks; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+# --- loading prompts --------------------------------------------------------------------
+
+ROWS = [{"prompt": "1+1=", "answer": 2}, {"prompt": "What is GRPO?"}]
+EXPECTED = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "What is GRPO?"}]
+
+
+def test_load_prompts_from_json_jsonl_and_csv(tmp_path):
+    (tmp_path / "p.json").write_text(json.dumps(ROWS), encoding="utf-8")
+    (tmp_path / "p.jsonl").write_text("\n".join(json.dumps(r) for r in ROWS) + "\n\n", encoding="utf-8")
+    with open(tmp_path / "p.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["prompt", "answer", "source"])
+        writer.writeheader()
+        writer.writerow({"prompt": "1+1=", "answer": "2", "source": "x"})
+    assert load_prompts(tmp_path / "p.json") == EXPECTED
+    assert load_prompts(str(tmp_path / "p.jsonl")) == EXPECTED
+    assert load_prompts(tmp_path / "p.csv") == [{"prompt": "1+1=", "answer": "2"}]
+
+
+class FakeDataset:
+    """What load_prompts may rely on in a datasets.Dataset: column_names and dict rows."""
+
+    column_names = ["prompt", "answer"]
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def test_load_prompts_from_a_dataset_and_a_list():
+    assert load_prompts(FakeDataset(ROWS)) == EXPECTED
+    assert load_prompts(ROWS) == EXPECTED
+    assert load_prompts(get_task("addition").split("heldout", n=3)) == get_task("addition").split(
+        "heldout", n=3)
+
+
+@pytest.mark.parametrize("bad_row", [{"answer": "2"}, {"prompt": ""}, {"prompt": "  "},
+                                     {"prompt": 12}, "1+1="])
+def test_load_prompts_names_the_row_without_a_prompt(tmp_path, bad_row):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"prompt": "ok"}, {"prompt": "ok"}, bad_row]), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"row 2 of .*bad\.json.*'prompt'"):
+        load_prompts(path)
+
+
+@pytest.mark.parametrize("content, name", [("[]", "e.json"), ("\n\n", "e.jsonl"), ("prompt\n", "e.csv")])
+def test_load_prompts_rejects_empty_files(tmp_path, content, name):
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match="no rows"):
+        load_prompts(tmp_path / name)
+
+
+def test_load_prompts_rejects_other_bad_sources(tmp_path):
+    with pytest.raises(ValueError, match="no rows"):
+        load_prompts(FakeDataset([]))
+    with pytest.raises(ValueError, match=r"\.txt.*\.json, \.jsonl, \.csv"):
+        load_prompts(tmp_path / "prompts.txt")
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(ValueError, match="missing.jsonl") as error:
+        load_prompts(missing)
+    assert isinstance(error.value, FileNotFoundError) and isinstance(error.value, PromptFileNotFoundError)
+    (tmp_path / "obj.json").write_text('{"prompt": "x"}', encoding="utf-8")
+    with pytest.raises(ValueError, match="list of objects"):
+        load_prompts(tmp_path / "obj.json")
+    (tmp_path / "broken.jsonl").write_text('{"prompt": "x"}\n{"prompt": \n', encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2 of .*broken.jsonl"):
+        load_prompts(tmp_path / "broken.jsonl")
+    with pytest.raises(ValueError, match="source"):
+        load_prompts(42)

@@ -1,0 +1,215 @@
+"""The lesson figures and panels: right kind of object, and the numbers the library gives."""
+
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+import grpo_edu
+from grpo_edu import viz, widgets
+from grpo_edu.advantages import dead_group_probability, group_advantages, rank_advantages
+from grpo_edu.kl import kl_estimate
+from grpo_edu.losses import grpo_loss
+from grpo_edu.schedule import TrainingSchedule
+
+SEED_EXAMPLE = dict(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3, total_training_steps=1000)
+
+
+def test_import_grpo_edu_loads_no_matplotlib_or_widgets():
+    code = ("import sys, grpo_edu; grpo_edu.group_advantages([[1, 0]]); "
+            "assert not any(m.split('.')[0] in ('matplotlib', 'ipywidgets', 'torch') for m in sys.modules)")
+    root = str(pathlib.Path(grpo_edu.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# --- viz ---------------------------------------------------------------------------------
+
+def test_schedule_timeline_staircase_is_epoch_of():
+    schedule = TrainingSchedule(**SEED_EXAMPLE)
+    fig = viz.schedule_timeline(schedule)
+    assert isinstance(fig, Figure) and len(fig.axes) == 1
+    staircase, stop_line, other_limit = fig.axes[0].lines
+    assert list(staircase.get_xdata()) == list(range(1, 1001))
+    assert staircase.get_ydata()[499] == 1 and staircase.get_ydata()[500] == 2
+    assert stop_line.get_xdata()[0] == 1000.5 and other_limit.get_xdata()[0] == 1500.5
+    assert "stops here" in stop_line.get_label() and "not reached" in other_limit.get_label()
+
+
+def test_schedule_timeline_one_limit_and_own_axes():
+    fig = Figure()
+    ax = fig.add_subplot()
+    words = TrainingSchedule(dataset_size=1000, batch_size=10, num_generations=4, total_epochs=15)
+    assert viz.schedule_timeline(words, ax=ax) is fig
+    assert len(ax.lines) == 2 and ax.lines[0].get_ydata()[-1] == 15
+
+
+@pytest.mark.parametrize("scale", ["group", "none", "rank"])
+def test_advantage_bars_heights_are_library_advantages(scale):
+    rewards = [1, 0, 0, 1, 0, 0, 0, 1]
+    fig = viz.advantage_bars(rewards, scale=scale)
+    heights = [bar.get_height() for bar in fig.axes[0].patches]
+    expected = rank_advantages([rewards])[0] if scale == "rank" else group_advantages([rewards], scale=scale)[0]
+    np.testing.assert_allclose(heights, expected)
+
+
+def test_dead_group_curves_are_the_formula():
+    fig = viz.dead_group_curves((2, 8), p=0.5, G=8)
+    g2, g8, point = fig.axes[0].lines
+    np.testing.assert_allclose(g8.get_ydata(), dead_group_probability(g8.get_xdata(), 8))
+    assert point.get_ydata()[0] == pytest.approx(2 * 0.5 ** 8)
+
+
+def test_clip_curve_matches_grpo_loss():
+    objective, clipped = viz.clip_curve([0.5, 1.0, 1.5], 1.0, epsilon=0.2)
+    np.testing.assert_allclose(objective, [0.5, 1.0, 1.2])
+    assert clipped.tolist() == [False, False, True]
+    objective, clipped = viz.clip_curve([0.5, 1.0, 1.5], -1.0, epsilon=0.2, epsilon_high=0.28)
+    np.testing.assert_allclose(objective, [-0.8, -1.0, -1.5])
+    assert clipped.tolist() == [True, False, False]
+
+
+def test_clip_objective_lines():
+    fig = viz.clip_objective(epsilon=0.2, epsilon_high=0.28)
+    ax = fig.axes[0]
+    curves = [line for line in ax.lines if line.get_label().startswith("Â")]
+    assert [c.get_label() for c in curves] == ["Â = +1", "Â = -1"]
+    i = int(np.argmin(np.abs(curves[0].get_xdata() - 1.0)))
+    assert curves[0].get_ydata()[i] == pytest.approx(1.0) and curves[1].get_ydata()[i] == pytest.approx(-1.0)
+    assert max(curves[0].get_ydata()) == pytest.approx(1.28)      # capped at 1 + ε_high
+
+
+def test_kl_estimator_hist_and_token_weights():
+    torch.manual_seed(0)
+    logprobs, ref = torch.randn(100) * 0.1 - 2, torch.randn(100) * 0.1 - 2
+    fig = viz.kl_estimator_hist(logprobs, ref, exact=0.01)
+    labels = [p.get_label() for p in fig.axes[0].patches]
+    k1_mean = float(kl_estimate(logprobs, ref, kind="k1").mean())
+    assert labels[0].startswith(f"k1: mean {k1_mean:.4f}") and len(labels) == 3
+    fig = viz.token_weights({"grpo": {"short": 0.25, "long": 0.0625}, "bnpo": {"short": 0.1, "long": 0.1}})
+    assert [b.get_height() for b in fig.axes[0].patches] == [0.25, 0.1, 0.0625, 0.1]
+
+
+def test_one_token_bandit_is_seeded_and_beta_is_a_leash():
+    p0, kl0 = viz.one_token_bandit(0.0, steps=60)
+    again, _ = viz.one_token_bandit(0.0, steps=60)
+    p1, kl1 = viz.one_token_bandit(1.0, steps=60)
+    np.testing.assert_array_equal(p0, again)
+    assert p0[-1] > 0.8 and kl1[-1] < kl0[-1]
+    fig = viz.kl_leash(0.3, steps=20)
+    assert len(fig.axes) == 2 and [len(ax.lines) for ax in fig.axes] == [2, 2]
+
+
+def test_table_text_and_html_are_deterministic():
+    table = viz.Table([{"a": 1.23456789, "b": "x"}, {"a": -0.0, "b": None}], title="T")
+    assert repr(table) == "T\na      b\n-----  -\n1.235  x\n0      —"
+    assert "<td>1.235</td>" in table._repr_html_() and "<caption>T</caption>" in table._repr_html_()
+
+
+# --- widgets -----------------------------------------------------------------------------
+
+def _table(panel):
+    return next(out for out in panel.outputs if isinstance(out, viz.Table))
+
+
+def _figure(panel):
+    return next(out for out in panel.outputs if isinstance(out, Figure))
+
+
+def test_schedule_panel_shows_the_summary():
+    panel = widgets.schedule_panel()
+    assert isinstance(panel, widgets.W.Widget)
+    expected = TrainingSchedule(**SEED_EXAMPLE, micro_batch_size=8).summary()
+    assert {r["quantity"]: r["value"] for r in _table(panel).rows} == expected
+    assert len(_figure(panel).axes) == 1
+    assert repr(panel) == ("SchedulePanel(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3, "
+                           "total_training_steps=1000, micro_batch_size=8)")
+
+
+def test_schedule_panel_updates_and_shows_library_errors():
+    panel = widgets.schedule_panel()
+    panel.controls["batch_size"].value = 8
+    assert {r["quantity"]: r["value"] for r in _table(panel).rows}["steps_per_epoch"] == 250
+    panel.controls["micro_batch_size"].value = 12
+    note = panel.outputs[0]
+    assert isinstance(note, viz.Note) and note.text.startswith("micro_batch_size:") and "Fix:" in note.text
+    assert len(panel.outputs) == 2
+
+
+def test_advantage_panel_shows_library_advantages():
+    panel = widgets.advantage_panel()
+    rewards = [1, 0, 0, 1, 0, 0, 0, 1]
+    rows = _table(panel).rows
+    np.testing.assert_allclose([r["advantage Â"] for r in rows], group_advantages([rewards])[0])
+    np.testing.assert_allclose([r["R − μ"] for r in rows], group_advantages([rewards], scale="none")[0])
+    panel.controls["scale"].value = "rank"
+    np.testing.assert_allclose([r["advantage Â"] for r in _table(panel).rows], rank_advantages([rewards])[0])
+    panel.controls["rewards"].value = "1, oops"
+    assert "Fix:" in panel.outputs[0].text
+
+
+def test_dead_group_panel_shows_library_probabilities():
+    panel = widgets.dead_group_panel(p=0.8, num_generations=4, batch_size=4)
+    values = [r["value"] for r in _table(panel).rows]
+    dead = dead_group_probability(0.8, 4)
+    assert values == pytest.approx([dead, 4 * dead, dead ** 4])
+    panel.controls["num_generations"].value = 16
+    assert _table(panel).rows[0]["value"] == pytest.approx(dead_group_probability(0.8, 16))
+
+
+def test_clip_panel_table_is_grpo_loss():
+    panel = widgets.clip_panel()
+    for row in _table(panel).rows:
+        for adv, key in ((1.0, "objective, Â=+1"), (-1.0, "objective, Â=−1")):
+            loss, _ = grpo_loss(torch.tensor([[math.log(row["r"])]]), torch.zeros(1, 1), torch.tensor([adv]),
+                                torch.ones(1, 1), epsilon=0.2)
+            assert row[key] == pytest.approx(-loss.item(), abs=1e-6)
+
+
+def test_kl_panel_table_is_the_toy_run():
+    panel = widgets.kl_panel(beta=0.5, steps=30)
+    rows = _table(panel).rows
+    assert [r["β"] for r in rows] == [0.0, 0.5]
+    p, kl = viz.one_token_bandit(0.5, steps=30)
+    assert rows[1]["KL(π_θ ‖ π_ref)"] == kl[-1] and rows[1]["π_θ(correct) after 30 steps"] == p[-1]
+
+
+def test_panel_display_publishes_controls_then_results(monkeypatch):
+    shown = []
+
+    class Handle:
+        def __init__(self, obj):
+            self.obj = obj
+
+        def update(self, obj):
+            self.obj = obj
+
+    def fake_display(obj, raw=False, display_id=None):
+        shown.append(obj)
+        return Handle(obj) if display_id else None
+
+    monkeypatch.setattr(widgets, "display", fake_display)
+    panel = widgets.dead_group_panel()
+    panel._ipython_display_()
+    bundle, table, fig = shown
+    assert bundle["text/plain"] == "DeadGroupPanel(p=0.5, num_generations=8, batch_size=4)"
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert isinstance(table, viz.Table) and isinstance(fig, Figure)
+    panel.controls["p"].value = 0.9
+    handle_table = panel._shown[0][0]
+    assert handle_table.obj.rows[0]["value"] == pytest.approx(dead_group_probability(0.9, 8))
+
+
+def test_lesson_04_exercises_are_computed_by_the_library():
+    from grpo_edu.exercises import EXERCISES, check
+
+    expected = {"04.1": 1.2, "04.2": -0.8, "04.3": 0.1931, "04.4": 1 / 16}
+    for exercise_id, value in expected.items():
+        assert EXERCISES[exercise_id].solution() == pytest.approx(value, abs=1e-4)
+    assert check("04.1", 1.2) and not check("04.2", -0.5)
