@@ -6,7 +6,7 @@ checked when the config is made, before any model loads; errors name the field a
 
 The defaults are tuned for the bundled tiny model on a laptop CPU, not for an LLM: a
 learning rate of 5e-6–2e-5 (seed 004's advice) suits a billion-parameter model that starts
-out good at the task; a 100k-parameter model learns at ~1e-3.
+out good at the task; the 130k-parameter bundled model learns at 2e-4.
 """
 
 from dataclasses import asdict, dataclass, fields
@@ -36,7 +36,7 @@ class GRPOConfig:
     """B: prompts per step. Seed advice: at least 2–4, 8+ when memory allows."""
     num_generations: int = 8
     """G: completions per prompt (group size). Seed advice: 4–8; ≥ 8 for low-entropy instruct models."""
-    total_training_steps: int | None = 150
+    total_training_steps: int | None = 1500
     """Hard stop, in steps (one step = sample, score, update). Usually reached first."""
     total_epochs: int | None = None
     """Back-stop, in passes over the prompts; the run stops at whichever limit comes first."""
@@ -45,8 +45,9 @@ class GRPOConfig:
     num_iterations: int = 1
     """μ: optimizer updates per sampled batch (DeepSeekMath's inner loop). 1 = strictly on-policy."""
 
-    learning_rate: float = 2e-3
-    """AdamW step size. 5e-6–2e-5 for LLMs (seed 004); the tiny model needs far more."""
+    learning_rate: float = 2e-4
+    """AdamW step size. 5e-6–2e-5 for LLMs (seed 004); the 130k-parameter bundled model takes 2e-4
+    (1e-3 makes it collapse within 50 steps: lesson 05)."""
     max_grad_norm: float = 1.0
     """Gradient clipping (global L2 norm); 0 turns it off."""
     beta: float = 0.04

@@ -52,7 +52,9 @@ def pick_device(device="auto"):
 def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_remote_code=False):
     """Load (model, tokenizer) in float32 on ``device``, with a pad token set."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one tqdm bar (the trainer's) is enough
     source = resolve_model(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
