@@ -64,6 +64,7 @@ def child_floor(t0, steps, warmup):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from grpo_edu.models import bundled_model_dir
+    from grpo_edu.rollout import _cache_name
     from grpo_edu.tasks import get_task
 
     path = bundled_model_dir()
@@ -74,7 +75,7 @@ def child_floor(t0, steps, warmup):
     rows = get_task("addition").split("train")
     G, B, max_new = SETTINGS["num_generations"], SETTINGS["batch_size"], SETTINGS["max_completion_length"]
     gen = torch.Generator().manual_seed(0)
-    cache_kw = "cache" if "cache" in policy.forward.__code__.co_varnames else "past_key_values"
+    cache_kw = _cache_name(policy)      # "cache" (transformers ≥ 5.2x) or "past_key_values"
     times, tokens, first_end = [], 0, None
     for i in range(steps + warmup):
         start = time.perf_counter()
@@ -92,6 +93,8 @@ def child_floor(t0, steps, warmup):
                 out = policy(input_ids=t, use_cache=True, **{cache_kw: getattr(out, cache_kw)})
         seq = torch.cat([ids] + new, 1)
         T = len(new)
+        completion = seq[:, -T:]
+        real = ((completion == tok.eos_token_id).cumsum(1) - (completion == tok.eos_token_id).long()) == 0
         with torch.no_grad():                                   # reference forward
             ref(input_ids=seq, logits_to_keep=T + 1)
         logits = policy(input_ids=seq, logits_to_keep=T + 1).logits[:, :-1]    # policy forward
@@ -104,7 +107,7 @@ def child_floor(t0, steps, warmup):
             first_end = time.time()
         if i >= warmup:
             times.append(end - start)
-            tokens += T * ids.shape[0]
+            tokens += int(real.sum())
     return _report("floor", t0, times, tokens, first_end)
 
 

@@ -97,18 +97,6 @@ def cmd_eval(args):
     return 0
 
 
-def cmd_make_model(args):
-    from grpo_edu.make_model import main as make_model_main
-
-    return make_model_main(args.rest) or 0
-
-
-def cmd_bench(args):
-    from grpo_edu.bench import main as bench_main
-
-    return bench_main(args.rest) or 0
-
-
 def build_parser():
     parser = argparse.ArgumentParser(prog="grpo-edu", description="Learn GRPO on a laptop CPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -133,15 +121,22 @@ def build_parser():
     ev.add_argument("--trust-remote-code", action="store_true")
     ev.set_defaults(func=cmd_eval)
 
-    for name, func, text in (("make-model", cmd_make_model, "rebuild the bundled tiny model"),
-                             ("bench", cmd_bench, "time the trainer against the bare PyTorch floor (and TRL)")):
-        p = sub.add_parser(name, help=text, add_help=False)
-        p.add_argument("rest", nargs=argparse.REMAINDER)
-        p.set_defaults(func=func)
+    # listed for --help; their own parsers take the flags (see PASS_THROUGH)
+    sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")
+    sub.add_parser("bench", help="time the trainer against the bare PyTorch floor and TRL (grpo-edu bench --help)")
     return parser
 
 
+PASS_THROUGH = {"make-model": "grpo_edu.make_model", "bench": "grpo_edu.bench"}
+"""Subcommands whose flags belong to their own module's parser."""
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in PASS_THROUGH:
+        from importlib import import_module
+
+        return import_module(PASS_THROUGH[argv[0]]).main(argv[1:]) or 0
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
