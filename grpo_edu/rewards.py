@@ -39,7 +39,13 @@ def compute_rewards(reward_funcs, rows, completions, num_generations, *, weights
     total = torch.zeros(N)
     info = {}
     for fn, w in zip(reward_funcs, weights):
-        values = fn(prompts=prompts, completions=list(completions), **columns)
+        try:
+            values = fn(prompts=prompts, completions=list(completions), **columns)
+        except TypeError as err:      # usually a column the function needs and the data lacks
+            _checks.fail(f"reward function {_name(fn)}",
+                         f"could not be called with the columns {['prompts', 'completions', *columns]} ({err})",
+                         "give every dataset row the columns the function asks for (e.g. 'answer'), "
+                         "or let it take **kwargs")
         values = check_reward_output(fn, values, N)
         total += w * values
         info[f"reward/{_name(fn)}"] = float(values.mean())

@@ -354,3 +354,177 @@ def kl_leash(beta, *, compare=(0.0,), steps=150, seed=0):
     ax_p.legend(fontsize=8)
     fig.suptitle("β is a leash: a larger β keeps the policy closer to π_ref", fontsize=10)
     return fig
+
+
+# --- lessons 05 and 08: one step's groups, training curves ------------------------------
+
+def group_table(prompts, answers, completions, rewards, advantages):
+    """One row per prompt: its right answer, then its G sampled answers with ✓/✗ and Â (lesson 05).
+
+    ``prompts``/``answers``: the B prompts and their right answers; ``completions``: the
+    N = B·G sampled answers, grouped by prompt (row b·G + g, as ``rollout.generate`` lays
+    them out); ``rewards`` and ``advantages``: (B, G). A cell reads ``46 ✓ +0.93``: the
+    answer text (``∅`` when empty), right or wrong, and its advantage.
+    """
+    rewards, advantages = np.asarray(rewards, dtype=float), np.asarray(advantages, dtype=float)
+    B, G = rewards.shape
+    if len(prompts) != B or len(answers) != B or len(completions) != B * G or advantages.shape != (B, G):
+        raise ValueError(f"group_table: expected {B} prompts and answers, {B * G} completions and (B, G) "
+                         f"advantages. Fix: pass one step's rollout, grouped by prompt.")
+    rows = []
+    for b in range(B):
+        row = {"prompt": prompts[b], "right answer": answers[b]}
+        for g in range(G):
+            text = completions[b * G + g].strip() or "∅"
+            mark = "✓" if rewards[b, g] > 0 else "✗"
+            a = advantages[b, g]
+            row[f"o{g + 1}"] = f"{text} {mark} {'0' if a == 0 else format(a, '+.2f')}"
+        row["μ"] = float(rewards[b].mean())
+        rows.append(row)
+    return Table(rows, digits=3)
+
+
+CURVES = {
+    "reward_mean": "mean reward (= training accuracy)",
+    "heldout_accuracy": "held-out accuracy (τ = 1)",
+    "kl": "KL(π_θ ‖ π_ref), k3",
+    "entropy": "entropy per token (nats)",
+    "dead_group_fraction": "dead-group fraction",
+    "completion_length": "completion length (tokens)",
+    "grad_norm": "gradient norm (before clipping)",
+}
+"""Metric key (a trainer history key, or "heldout_accuracy" from ``trainer.evals``) → axis label."""
+
+
+def moving_average(values, window):
+    """Trailing mean of the last ``window`` values at each point (fewer at the start)."""
+    values = np.asarray(values, dtype=float)
+    if window <= 1 or len(values) == 0:
+        return values
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    counts = np.minimum(np.arange(1, len(values) + 1), window)
+    return (sums[1:] - sums[np.arange(1, len(values) + 1) - counts]) / counts
+
+
+def _draw_metric(ax, key, history, evals, *, color, label=None, smooth=20, raw=True):
+    """One metric of one run on ``ax``: faint per-step values and their moving average."""
+    if key == "heldout_accuracy":
+        if evals:
+            ax.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", color=color,
+                    lw=1.6, ms=4, label=label)
+        return
+    steps = [m["step"] for m in history]
+    values = [m[key] for m in history]
+    if raw and smooth > 1:
+        ax.plot(steps, values, color=color, lw=0.6, alpha=0.3)
+    ax.plot(steps, moving_average(values, smooth), color=color, lw=1.8, label=label)
+
+
+def training_curves(history, evals=None, *, smooth=20, title=None):
+    """Six panels against the step: reward and held-out accuracy, KL, entropy, dead groups,
+    completion length and gradient norm (lessons 05 and 08).
+
+    ``history``: the trainer's per-step metrics (``trainer.history``); ``evals``: its
+    held-out accuracies (``trainer.evals``), drawn as dots on the first panel. Faint lines
+    are the per-step values, bold lines their moving average over ``smooth`` steps.
+    """
+    fig = Figure(figsize=(10.0, 5.2), layout="constrained")
+    axes = fig.subplots(2, 3).ravel()
+    ax = axes[0]
+    if history:
+        _draw_metric(ax, "reward_mean", history, None, color=BLUE, smooth=smooth,
+                     label=f"mean reward on the batch (avg of {smooth} steps)")
+    _draw_metric(ax, "heldout_accuracy", history, evals, color=ORANGE, label="held-out accuracy (τ = 1)")
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("reward / accuracy")
+    ax.legend(fontsize=7, loc="lower right")
+    for ax, key, color in zip(axes[1:], ("kl", "entropy", "dead_group_fraction", "completion_length",
+                                         "grad_norm"), (RED, GREEN, GREY, BLUE, ORANGE)):
+        if history:
+            _draw_metric(ax, key, history, None, color=color, smooth=smooth)
+        ax.set_ylabel(CURVES[key], fontsize=8)
+    for ax in axes:
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+    axes[3].set_ylim(-0.02, 1.02)
+    last = history[-1]["step"] if history else 0
+    fig.suptitle(title or f"GRPO training curves, step {last}", fontsize=10)
+    return fig
+
+
+def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, smooth=10, title=None):
+    """One panel per metric, one line per run, for comparing settings (lesson 05).
+
+    ``histories``: {label: trainer.history}; ``evals``: {label: trainer.evals}, needed for
+    the metric "heldout_accuracy". Lines are moving averages over ``smooth`` steps. Metric
+    names are keys of :data:`CURVES`.
+    """
+    metrics = list(metrics)
+    unknown = [m for m in metrics if m not in CURVES]
+    if unknown:
+        raise ValueError(f"metrics: unknown {unknown}. Fix: use names from viz.CURVES: {list(CURVES)}.")
+    fig = Figure(figsize=(4.0 * len(metrics), 3.0), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(metrics)))
+    palette = (BLUE, RED, GREEN, ORANGE, GREY, "black")
+    for ax, key in zip(axes, metrics):
+        for (label, history), color in zip(histories.items(), palette):
+            _draw_metric(ax, key, history, (evals or {}).get(label), color=color, label=label,
+                         smooth=smooth, raw=False)
+        ax.set_xlabel("step")
+        ax.set_ylabel(CURVES[key], fontsize=9)
+        if key in ("reward_mean", "heldout_accuracy", "dead_group_fraction"):
+            ax.set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+class LivePlot:
+    """A trainer callback that redraws :func:`training_curves` every ``every`` steps.
+
+    Pass it in ``GRPOTrainer(..., callbacks=[live])`` (or append it to
+    ``trainer.callbacks``). In a live notebook the figure is shown once, with a display
+    id, and replaced in place at each redraw; ``finish()`` draws the final figure there,
+    so it stays in the cell as an ordinary output. ``evals``: a list the trainer fills
+    (``trainer.evals``), read at each redraw, so held-out accuracy appears as it is measured.
+    Outside IPython nothing is displayed; ``figure`` still holds the latest drawing.
+    """
+
+    def __init__(self, every=50, *, evals=None, smooth=20):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every: must be an integer ≥ 1, got {every!r}. Fix: redraw every 25–100 steps.")
+        self.every, self.evals, self.smooth = every, evals, smooth
+        self.history = []
+        """The metrics dicts received so far."""
+        self.figure = None
+        """The latest Figure drawn (None before the first redraw)."""
+        self._handle = None
+
+    def __call__(self, metrics):
+        self.history.append(dict(metrics))
+        if metrics["step"] % self.every == 0:
+            self.redraw()
+
+    def redraw(self):
+        """Draw the curves now and show them (in place of the previous drawing)."""
+        self.figure = training_curves(self.history, self.evals, smooth=self.smooth)
+        self._show()
+        return self.figure
+
+    def finish(self, evals=None):
+        """Final drawing, with ``evals`` if given (e.g. after the last held-out evaluation)."""
+        if evals is not None:
+            self.evals = evals
+        self.redraw()
+
+    def _show(self):
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is None:
+            return
+        if self._handle is None:
+            self._handle = display(self.figure, display_id=True)
+        else:
+            self._handle.update(self.figure)

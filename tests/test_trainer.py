@@ -59,6 +59,9 @@ def test_bad_reward_functions_named_before_training(random_model, char_tokenizer
     def gives_nan(prompts, completions, **kw):
         return [math.nan] * len(completions)
 
+    with pytest.raises(ValueError, match=r"^reward function .*reward: could not be called .*'answer'"):
+        GRPOTrainer(GRPOConfig(**FAST), train_rows=[{"prompt": "1+1="}] * 8, model=random_model,
+                    tokenizer=char_tokenizer)
     for fn, match in ((too_few, "^reward function .*too_few: returned 15 rewards for 16"),
                       (gives_nan, "^reward function .*gives_nan: returned NaN")):
         with pytest.raises(ValueError, match=match):
