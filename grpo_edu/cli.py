@@ -93,7 +93,7 @@ def cmd_eval(args):
     print(f"{args.model} on {args.task}/{args.split} ({len(rows)} prompts × {args.samples} samples, "
           f"temperature {args.temperature}): accuracy {res['accuracy']:.1%}")
     for prompt, text, answer, ok in res["samples"][:args.show]:
-        print(f"  {prompt}{text!s:<6} {'✓' if ok else '✗ (' + answer + ')'}")
+        print(f"  {prompt}{text!s:<6} {'✓' if ok else '✗ expected ' + answer}")
     return 0
 
 
