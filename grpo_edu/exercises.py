@@ -75,6 +75,59 @@ def _token_weight(lengths, loss_type, answer):
     return -logprobs.grad[answer, 0].item()
 
 
+def _on_policy_ratio():
+    """Mean ratio r that grpo_loss reports when π_θ is the policy that sampled (log π_θ = log π_θold)."""
+    import torch
+
+    from grpo_edu.losses import grpo_loss
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.9, 0.2], [0.7, 0.1, 0.6]]))
+    _, info = grpo_loss(logprobs, logprobs.detach(), torch.tensor([1.0, -1.0]), torch.ones_like(logprobs))
+    return info["ratio_mean"]
+
+
+def _dead_step_policy_loss(B=16, G=8, T=4, beta=0.04):
+    """info["policy_loss"] of a step where every answer of every group scored 0 (a collapsed run)."""
+    import torch
+
+    from grpo_edu.advantages import group_advantages
+    from grpo_edu.losses import grpo_loss
+
+    torch.manual_seed(0)
+    adv = group_advantages(torch.zeros(B, G)).reshape(-1)                 # (N,)
+    logprobs = -torch.rand(B * G, T)                                      # any log-probs
+    ref = logprobs.detach() - 0.1 * torch.rand(B * G, T)                  # the policy has drifted from π_ref
+    _, info = grpo_loss(logprobs, logprobs.detach(), adv, torch.ones(B * G, T), ref_logprobs=ref, beta=beta)
+    return info["policy_loss"]
+
+
+def _default_run_schedule():
+    """The schedule of ``GRPOConfig()`` on the addition task's train split."""
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.tasks import get_task
+
+    config = GRPOConfig()
+    return config.schedule(len(get_task(config.task).split("train")))
+
+
+def _bundled_heldout(n=100, **sampling):
+    """Per-sample correctness of the bundled model on the first ``n`` held-out prompts (seed 0)."""
+    from grpo_edu.evaluation import evaluate
+    from grpo_edu.models import load_model_and_tokenizer
+    from grpo_edu.tasks import get_task
+
+    task = get_task("addition")
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    result = evaluate(model, tokenizer, task.split("heldout", n), task, seed=0, **sampling)
+    return [s[3] for s in result["samples"]]
+
+
+def _pass_at_k(n=100, k=8):
+    """Fraction of the first ``n`` held-out prompts with at least one right answer among k samples."""
+    correct = _bundled_heldout(n, num_samples=k)
+    return sum(any(correct[i:i + k]) for i in range(0, len(correct), k)) / n
+
+
 EXERCISES: dict[str, Exercise] = {
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
@@ -133,6 +186,43 @@ EXERCISES: dict[str, Exercise] = {
                      "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
                      lambda: _token_weight((2, 8), "grpo", 1),
                      "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
+    # lesson 05: one GRPO step, short runs
+    "05.1": Exercise("On the first update of a batch, π_θ is still the policy that sampled the answers. "
+                     "What is the mean probability ratio r = π_θ / π_θold?",
+                     _on_policy_ratio,
+                     "the same model gave the same log-probabilities: exp(logprobs − old_logprobs) = exp(0)."),
+    "05.2": Exercise("One group of G = 8 answers has rewards [1, 0, 0, 0, 0, 0, 0, 0]. What is the advantage "
+                     "of the single right answer? (4 decimals)",
+                     lambda: round(_adv([1, 0, 0, 0, 0, 0, 0, 0])[0], 4),
+                     "μ = 1/8; σ is the unbiased std of the 8 rewards; Â = (1 − μ)/(σ + 1e-4).", tolerance=1e-4),
+    "05.3": Exercise("At temperature 0.3 the bundled model answers about 97 % of the prompts right (p = 0.97). "
+                     "With G = 8, what share of groups do you expect to be dead? (4 decimals)",
+                     lambda: round(_dead(0.97, 8), 4),
+                     "dead = all right or all wrong: p^G + (1 − p)^G.", tolerance=1e-4),
+    "05.4": Exercise("G = 2 and the model is right with p = 0.5. What is the chance that a group is dead?",
+                     lambda: _dead(0.5, 2),
+                     "two answers: both right (p²) or both wrong ((1 − p)²)."),
+    "05.5": Exercise("After a collapse every answer of every group scores 0, and β = 0.04. What is the "
+                     "policy-gradient part of the loss, info['policy_loss']?",
+                     _dead_step_policy_loss,
+                     "every group is dead, so every advantage is 0; only the KL term is left."),
+    # lesson 08: the full run
+    "08.1": Exercise("The default run has batch_size B = 16 and G = 8. On one GPU without gradient "
+                     "accumulation, what per_device_train_batch_size gives TRL the same step?",
+                     lambda: _default_run_schedule().completions_per_step,
+                     "TRL counts completions, not prompts: B · G."),
+    "08.2": Exercise("How many epochs (passes over the 7600 train prompts) does the default 1500-step run "
+                     "make? (3 decimals)",
+                     lambda: round(_default_run_schedule().epochs_completed, 3),
+                     "steps per epoch = 7600 // 16; epochs = 1500 / steps per epoch."),
+    "08.3": Exercise("Greedy accuracy (temperature 0) of the bundled model on the first 100 held-out prompts?",
+                     lambda: sum(_bundled_heldout(100, temperature=0)) / 100,
+                     "evaluate(model, tokenizer, task.split('heldout', 100), task, temperature=0)['accuracy']."),
+    "08.4": Exercise("pass@8 of the bundled model: on what fraction of the first 100 held-out prompts is at "
+                     "least one of 8 samples right (temperature 1, seed 0)?",
+                     _pass_at_k,
+                     "evaluate(..., num_samples=8, seed=0); the samples come 8 per prompt, in order; "
+                     "count the prompts with any right sample."),
 }
 
 

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from grpo_edu._checks import fail, positive_float, positive_int
+from grpo_edu._checks import choice, fail, positive_float, positive_int
 from grpo_edu.tasks import get_task
 from grpo_edu.tokenizer import build_char_tokenizer, save_char_tokenizer
 
@@ -103,7 +103,8 @@ def sample_completions(model, tokenizer, prompts: list[str], *, temperature: flo
     positive_int("batch_size", batch_size)
     greedy = temperature == 0
     per_prompt = 1 if greedy else num_samples
-    generator = torch.Generator().manual_seed(seed)  # its own stream: the global RNG is untouched
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)  # its own stream: the global RNG is untouched
     eos = tokenizer.eos_token_id
     texts, stopped = [], []
     was_training = model.training
@@ -148,7 +149,7 @@ def evaluate_accuracy(model, tokenizer, rows: list[dict], task, *, temperature: 
 def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
                      batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
                      stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
-                     hidden_size: int = 64) -> dict:
+                     hidden_size: int = 64, device: str = "cpu") -> dict:
     """Warm up a tiny Llama on ``task`` and save it (weights + tokenizer) to ``out_dir``.
 
     The loss is cross-entropy with ``label_smoothing`` ε: the target puts 1 − ε on the
@@ -164,6 +165,11 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
     target for the starting policy, not a claim about generalisation.
     Returns a summary of what was measured; ``in_band`` says whether the sampled accuracy
     is inside :data:`BAND`.
+
+    ``device``: "cpu" (the default: deterministic, byte-identical weights for one seed) or
+    "cuda", to warm up a larger model (``hidden_size=256``, task ``"addition3"``) on a GPU
+    (lesson 08). The weights are initialised on the CPU either way; on CUDA the training
+    is fast but not bit-reproducible.
     """
     positive_int("seed", seed, minimum=0)
     positive_float("lr", lr)
@@ -172,6 +178,7 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
     positive_int("max_steps", max_steps)
     positive_int("eval_samples", eval_samples)
     positive_int("hidden_size", hidden_size)
+    choice("device", device, ("cpu", "cuda"))
     if not 0 < stop_at < 1:
         fail("stop_at", f"must be a held-out greedy accuracy strictly between 0 and 1, got {stop_at!r}",
              "pass about 0.95")
@@ -182,12 +189,16 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
     import torch
     from transformers import LlamaForCausalLM
 
+    if device == "cuda" and not torch.cuda.is_available():
+        fail("device", "'cuda' was asked for but torch sees no CUDA device", "use device='cpu'")
+
     started = time.perf_counter()
     tokenizer = build_char_tokenizer()
     train_rows = the_task.split("train")
     heldout_rows = the_task.split("heldout")
     max_new_tokens = the_task.max_answer_chars + 1  # the answer, then <eos>
     input_ids, labels = encode_for_warmup(tokenizer, train_rows)  # (R, L)
+    input_ids, labels = input_ids.to(device), labels.to(device)
     attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
 
     def greedy_accuracy(m):
@@ -195,11 +206,12 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
                                  max_new_tokens=max_new_tokens)
 
     deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+    if device == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; there we accept tiny differences
+        torch.use_deterministic_algorithms(True)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # initial weights
-            model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=hidden_size))
+            model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=hidden_size)).to(device)
             order = torch.Generator().manual_seed(seed)  # batch order
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
             model.train()
@@ -237,7 +249,8 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
         num_parameters=sum(p.numel() for p in model.parameters()),
         command=_command(out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size,
                          check_every=check_every, max_steps=max_steps, stop_at=stop_at,
-                         label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size),
+                         label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
+                         device=device),
     )
     _save(model, tokenizer, out_dir, summary, history)
     summary["history"] = history

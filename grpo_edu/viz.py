@@ -414,7 +414,7 @@ def _draw_metric(ax, key, history, evals, *, color, label=None, smooth=20, raw=T
                     lw=1.6, ms=4, label=label)
         return
     steps = [m["step"] for m in history]
-    values = [m[key] for m in history]
+    values = [np.nan if m.get(key) is None else m[key] for m in history]   # a metric not measured: a gap
     if raw and smooth > 1:
         ax.plot(steps, values, color=color, lw=0.6, alpha=0.3)
     ax.plot(steps, moving_average(values, smooth), color=color, lw=1.8, label=label)
@@ -437,11 +437,17 @@ def training_curves(history, evals=None, *, smooth=20, title=None):
     _draw_metric(ax, "heldout_accuracy", history, evals, color=ORANGE, label="held-out accuracy (τ = 1)")
     ax.set_ylim(0, 1.02)
     ax.set_ylabel("reward / accuracy")
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
     for ax, key, color in zip(axes[1:], ("kl", "entropy", "dead_group_fraction", "completion_length",
                                          "grad_norm"), (RED, GREEN, GREY, BLUE, ORANGE)):
         if history:
             _draw_metric(ax, key, history, None, color=color, smooth=smooth)
+            if key in ("kl", "grad_norm"):     # one spike should not flatten the rest of the curve
+                values = np.array([np.nan if m.get(key) is None else m[key] for m in history], dtype=float)
+                if np.isfinite(values).any():
+                    top = max(np.nanpercentile(values, 99.5), np.nanmax(moving_average(values, smooth)))
+                    ax.set_ylim(min(0.0, np.nanmin(values)), top * 1.1 + 1e-9)
         ax.set_ylabel(CURVES[key], fontsize=8)
     for ax in axes:
         ax.set_xlabel("step", fontsize=8)
@@ -463,8 +469,12 @@ def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, s
     unknown = [m for m in metrics if m not in CURVES]
     if unknown:
         raise ValueError(f"metrics: unknown {unknown}. Fix: use names from viz.CURVES: {list(CURVES)}.")
-    fig = Figure(figsize=(4.0 * len(metrics), 3.0), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(metrics)))
+    ncols = 2 if len(metrics) == 4 else min(len(metrics), 3)
+    nrows = -(-len(metrics) // ncols)
+    fig = Figure(figsize=(4.0 * ncols, 2.9 * nrows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    for ax in axes[len(metrics):]:
+        ax.set_visible(False)
     palette = (BLUE, RED, GREEN, ORANGE, GREY, "black")
     for ax, key in zip(axes, metrics):
         for (label, history), color in zip(histories.items(), palette):
@@ -519,12 +529,20 @@ class LivePlot:
         self.redraw()
 
     def _show(self):
-        from IPython import get_ipython
-        from IPython.display import display
+        self._handle = _show_in_place(self.figure, self._handle)
 
-        if get_ipython() is None:
-            return
-        if self._handle is None:
-            self._handle = display(self.figure, display_id=True)
-        else:
-            self._handle.update(self.figure)
+
+def _show_in_place(figure, handle):
+    """Show ``figure`` in a notebook: as a new output, or in place of ``handle``'s. Returns the handle.
+
+    Outside IPython (a script, the tests) it shows nothing and returns None.
+    """
+    from IPython import get_ipython
+    from IPython.display import display
+
+    if get_ipython() is None:
+        return None
+    if handle is None:
+        return display(figure, display_id=True)
+    handle.update(figure)
+    return handle

@@ -167,3 +167,17 @@ def test_sampling_checks_arguments_and_leaves_the_rng_alone(bundled):
     state = torch.random.get_rng_state()
     sample_completions(model, tokenizer, ["12+34="], num_samples=3, seed=5)
     assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_device_defaults_to_cpu_and_is_checked_before_any_work(tmp_path):
+    import inspect
+
+    import torch
+
+    assert inspect.signature(build_tiny_model).parameters["device"].default == "cpu"
+    with pytest.raises(ValueError, match="^device"):
+        build_tiny_model(tmp_path / "x", device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="^device: 'cuda'"):
+            build_tiny_model(tmp_path / "y", device="cuda")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -213,3 +213,104 @@ def test_lesson_04_exercises_are_computed_by_the_library():
     for exercise_id, value in expected.items():
         assert EXERCISES[exercise_id].solution() == pytest.approx(value, abs=1e-4)
     assert check("04.1", 1.2) and not check("04.2", -0.5)
+
+
+# --- lessons 05 and 08: groups, training curves, live plot -------------------------------
+
+def _fake_history(steps=30):
+    return [{"step": s, "reward_mean": s / steps, "kl": 0.01 * s, "entropy": 1.0 - s / (2 * steps),
+             "dead_group_fraction": 0.25, "completion_length": 4.0, "grad_norm": 2.0} for s in range(1, steps + 1)]
+
+
+def test_group_table_shows_answers_marks_and_advantages():
+    rewards = [[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]
+    adv = group_advantages(rewards)
+    table = viz.group_table(["1+1=", "2+2="], ["2", "4"], ["2", "3", "", "11", "4", "4", "4", "4"], rewards, adv)
+    first, second = table.rows
+    assert first["o1"] == f"2 ✓ {adv[0, 0]:+.2f}" and first["o3"] == f"∅ ✗ {adv[0, 2]:+.2f}"
+    assert second["o4"] == "4 ✓ 0" and first["μ"] == 0.25 and second["μ"] == 1.0
+    with pytest.raises(ValueError, match="group_table"):
+        viz.group_table(["1+1="], ["2"], ["2"], rewards, adv)
+
+
+def test_moving_average_is_a_trailing_mean():
+    np.testing.assert_allclose(viz.moving_average([1, 2, 3, 4], 2), [1, 1.5, 2.5, 3.5])
+    np.testing.assert_allclose(viz.moving_average([1, 2, 3], 1), [1, 2, 3])
+
+
+def test_training_curves_draw_the_history_and_the_evals():
+    history = _fake_history()
+    evals = [{"step": 0, "accuracy": 0.4}, {"step": 30, "accuracy": 0.8}]
+    fig = viz.training_curves(history, evals, smooth=5)
+    assert isinstance(fig, Figure) and len(fig.axes) == 6
+    raw, smooth, held_out = fig.axes[0].lines
+    np.testing.assert_allclose(smooth.get_ydata(), viz.moving_average([m["reward_mean"] for m in history], 5))
+    assert list(held_out.get_xdata()) == [0, 30] and list(held_out.get_ydata()) == [0.4, 0.8]
+    kl_smooth = fig.axes[1].lines[-1]
+    np.testing.assert_allclose(kl_smooth.get_ydata(), viz.moving_average([m["kl"] for m in history], 5))
+    assert len(viz.training_curves([], None).axes) == 6          # before the first step: empty panels
+
+
+def test_compare_runs_one_line_per_run_and_gaps_for_unmeasured():
+    a, b = _fake_history(), [{**m, "kl": None} for m in _fake_history()]
+    evals = {"a": [{"step": 0, "accuracy": 0.5}, {"step": 30, "accuracy": 0.9}]}
+    fig = viz.compare_runs({"a": a, "b": b}, ("reward_mean", "kl", "heldout_accuracy"), evals=evals, smooth=1)
+    reward_ax, kl_ax, acc_ax = fig.axes
+    assert [line.get_label() for line in reward_ax.lines] == ["a", "b"]
+    assert np.isnan(kl_ax.lines[1].get_ydata()).all()
+    assert len(acc_ax.lines) == 1 and list(acc_ax.lines[0].get_ydata()) == [0.5, 0.9]
+    four = viz.compare_runs({"a": a}, ("reward_mean", "kl", "entropy", "grad_norm"))
+    assert sum(ax.get_visible() for ax in four.axes) == 4
+    with pytest.raises(ValueError, match="viz.CURVES"):
+        viz.compare_runs({"a": a}, ("loss_of_nerve",))
+
+
+def test_live_plot_redraws_every_k_steps_in_place(monkeypatch):
+    shown = []
+
+    def fake_show(figure, handle):
+        shown.append((figure, handle))
+        return "handle"
+
+    monkeypatch.setattr(viz, "_show_in_place", fake_show)
+    evals = [{"step": 0, "accuracy": 0.5}]
+    live = viz.LivePlot(every=10, evals=evals)
+    for m in _fake_history(25):
+        live(m)
+    assert len(shown) == 2 and shown[0][1] is None and shown[1][1] == "handle"
+    assert len(live.history) == 25 and live.figure is shown[-1][0]
+    evals.append({"step": 25, "accuracy": 0.9})                    # the trainer appends in place
+    live.finish()
+    assert len(shown) == 3 and list(live.figure.axes[0].lines[-1].get_ydata()) == [0.5, 0.9]
+    with pytest.raises(ValueError, match="every"):
+        viz.LivePlot(every=0)
+
+
+def test_live_plot_outside_ipython_only_keeps_the_figure():
+    live = viz.LivePlot(every=1)
+    live(_fake_history(1)[0])
+    assert isinstance(live.figure, Figure) and live._handle is None
+
+
+def test_live_plot_as_a_trainer_callback(random_model, char_tokenizer):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.trainer import GRPOTrainer
+
+    live = viz.LivePlot(every=2)
+    config = GRPOConfig(batch_size=2, num_generations=2, total_training_steps=3, eval_size=4)
+    trainer = GRPOTrainer(config, model=random_model, tokenizer=char_tokenizer, callbacks=[live])
+    live.evals = trainer.evals
+    trainer.train(progress=False)
+    live.finish()
+    assert [m["step"] for m in live.history] == [1, 2, 3] and live.history == trainer.history
+    assert [e["step"] for e in live.evals] == [0, 3]
+
+
+def test_lesson_05_and_08_exercises_are_computed_by_the_library():
+    from grpo_edu.exercises import EXERCISES, check
+
+    expected = {"05.1": 1.0, "05.2": 2.4742, "05.3": 0.7837, "05.4": 0.5, "05.5": 0.0, "08.1": 128, "08.2": 3.158}
+    for exercise_id, value in expected.items():
+        assert EXERCISES[exercise_id].solution() == pytest.approx(value, abs=1e-4)
+    assert check("08.1", 128) and not check("05.4", 0.25)
+    assert 0.9 < EXERCISES["08.3"].solution() <= 1.0 and 0.9 < EXERCISES["08.4"].solution() <= 1.0
