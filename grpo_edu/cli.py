@@ -73,7 +73,9 @@ def cmd_train(args):
         print(f"held-out accuracy (sampling at temperature 1, {len(trainer.eval_rows)} prompts): "
               f"step {first['step']}: {first['accuracy']:.1%} → step {last['step']}: {last['accuracy']:.1%}")
     if history:
-        print(f"last step: reward {history[-1]['reward_mean']:.3f}, kl {history[-1]['kl']:.4f}")
+        last = history[-1]
+        kl = "not measured (beta 0)" if last["kl"] is None else f"{last['kl']:.4f}"
+        print(f"last step: reward {last['reward_mean']:.3f}, kl to the start {kl}")
     if config.output_dir:
         print(f"checkpoints in {config.output_dir}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")

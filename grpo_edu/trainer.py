@@ -87,84 +87,108 @@ class GRPOTrainer:
 
     # --- one step ------------------------------------------------------------------------
     def step(self):
-        """Run one GRPO step (see the module docstring) and return its metrics."""
-        c, G = self.config, self.config.num_generations
+        """Run one GRPO step (the algorithm box in the module docstring); return its metrics."""
+        c = self.config
         t0 = time.perf_counter()
         self.step_count += 1
-        rows = self.batch_for(self.step_count)                                       # 1. B prompts
+        rows = self.batch_for(self.step_count)                                        # 1. B prompts
+        rollout = self._sample([row["prompt"] for row in rows])                       # 2. G completions each
+        rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions,
+                                               c.num_generations)                     # 3. R, (B, G)
+        advantages = group_advantages(rewards, scale=c.scale).reshape(-1)             # 4. Â, (N,)
+        ref_logprobs = self._ref_logprobs(rollout)                                    # 5. log π_ref, (N, T)
+        update = self._update(rollout, advantages.to(self.device), ref_logprobs)      # 6. μ updates
 
-        self.model.eval()
-        with self._autocast():
-            rollout = generate(self.model, self.tokenizer, [r["prompt"] for r in rows],  # 2. G completions
-                               num_generations=G, max_new_tokens=c.max_completion_length,
-                               temperature=c.temperature, generator=self.generator)
-        self.model.train()
-        rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions, G)  # 3. (B, G)
-        advantages = group_advantages(rewards, scale=c.scale).reshape(-1).to(self.device)  # 4. Â, (N,)
-
-        input_ids, attention_mask = rollout.input_ids, rollout.attention_mask      # (N, P+T)
-        T = rollout.completion_ids.shape[1]
-        ref_logprobs = None
-        if self.ref_model is not None:                                               # 5. π_ref
-            with torch.no_grad(), self._autocast():
-                ref_logprobs, _ = completion_logprobs(self.ref_model, input_ids, attention_mask, T,
-                                                      temperature=c.temperature)
-
-        N = input_ids.shape[0]
-        mb = c.micro_batch_size or N
-        total_active = rollout.completion_mask.sum()
-        sums = {"clip_fraction": 0.0, "kl_mean": 0.0, "ratio_mean": 0.0, "entropy": 0.0}
-        loss_total, grad_norm = 0.0, 0.0
-        for _ in range(c.num_iterations):                                            # 6. μ updates
-            self.optimizer.zero_grad(set_to_none=True)
-            for s in range(0, N, mb):
-                idx = slice(s, s + mb)
-                with self._autocast():
-                    logprobs, entropy = completion_logprobs(self.model, input_ids[idx], attention_mask[idx], T,
-                                                            temperature=c.temperature, with_entropy=True)
-                old = rollout.logprobs[idx] if c.num_iterations > 1 else logprobs.detach()
-                mask = rollout.completion_mask[idx]
-                loss, info = grpo_loss(
-                    logprobs, old, advantages[idx], mask,
-                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[idx], beta=c.beta,
-                    epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
-                    max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
-                    num_active_tokens=total_active if c.loss_type == "dapo" else None)
-                weight = 1.0 if c.loss_type == "dapo" else (mask.shape[0] / N)     # accumulate to the step's loss
-                (loss * weight).backward()
-                loss_total += float(loss.detach()) * weight / c.num_iterations
-                share = info["num_active_tokens"] / max(float(total_active), 1.0) / c.num_iterations
-                for key in ("clip_fraction", "kl_mean", "ratio_mean"):
-                    sums[key] += info[key] * share
-                sums["entropy"] += float((entropy * mask).sum()) / max(float(total_active), 1.0) / c.num_iterations
-            if c.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-            self.optimizer.step()
-
-        correct = [self.task.is_correct(text, row["answer"])
-                   for text, row in zip(rollout.completions, [r for r in rows for _ in range(G)])] \
-            if "answer" in rows[0] else []
-        metrics = {
-            "step": self.step_count,
-            "epoch": self.schedule.epoch_of(self.step_count),
-            "loss": loss_total,
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()),
-            "accuracy": sum(correct) / len(correct) if correct else None,
-            "dead_group_fraction": float(zero_std_groups(rewards).float().mean()),
-            "clip_fraction": sums["clip_fraction"],
-            "kl": sums["kl_mean"],
-            "ratio_mean": sums["ratio_mean"],
-            "entropy": sums["entropy"],
-            "completion_length": float(rollout.lengths.float().mean()),
-            "grad_norm": grad_norm,
-            **reward_info,
-            "seconds": time.perf_counter() - t0,
-        }
+        metrics = self._metrics(rows, rollout, rewards, update)
+        metrics.update(reward_info, seconds=time.perf_counter() - t0)
         self.history.append(metrics)
         for callback in self.callbacks:
             callback(metrics)
         return metrics
+
+    def _sample(self, prompts):
+        """G completions per prompt from the current policy π_θold (no gradient)."""
+        c = self.config
+        self.model.eval()
+        with self._autocast():
+            rollout = generate(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
+                               max_new_tokens=c.max_completion_length, temperature=c.temperature,
+                               generator=self.generator)
+        self.model.train()
+        return rollout
+
+    def _ref_logprobs(self, rollout):
+        """log π_ref of every completion token, (N, T); None when β = 0 (no reference model)."""
+        if self.ref_model is None:
+            return None
+        with torch.no_grad(), self._autocast():
+            logprobs, _ = completion_logprobs(self.ref_model, rollout.input_ids, rollout.attention_mask,
+                                              rollout.completion_ids.shape[1], temperature=self.config.temperature)
+        return logprobs
+
+    def _update(self, rollout, advantages, ref_logprobs):
+        """μ optimizer updates on one rollout, each accumulating gradients over micro-batches.
+
+        Each micro-batch's loss is weighted so that the accumulated gradient equals that of
+        the whole step in one pass: by its share of sequences, or (for "dapo") through one
+        token count for the whole step. Returns token-weighted means of the loss's info.
+        """
+        c = self.config
+        input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
+        N, T = rollout.completion_ids.shape
+        step_tokens = rollout.completion_mask.sum()
+        mb = c.micro_batch_size or N
+        stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0, "entropy": 0.0,
+                 "grad_norm": 0.0}
+        for _ in range(c.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for s in range(0, N, mb):
+                rows = slice(s, s + mb)
+                mask = rollout.completion_mask[rows]                                  # (mb, T)
+                with self._autocast():
+                    logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
+                                                            temperature=c.temperature, with_entropy=True)
+                # π_θold: with μ = 1 the sampler *is* the current policy (ratio exactly 1)
+                old = rollout.logprobs[rows] if c.num_iterations > 1 else logprobs.detach()
+                loss, info = grpo_loss(
+                    logprobs, old, advantages[rows], mask,
+                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows], beta=c.beta,
+                    epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
+                    max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
+                    num_active_tokens=step_tokens if c.loss_type == "dapo" else None)
+                weight = 1.0 if c.loss_type == "dapo" else mask.shape[0] / N
+                (loss * weight).backward()                                            # accumulate
+                token_share = info["num_active_tokens"] / max(float(step_tokens), 1.0) / c.num_iterations
+                stats["loss"] += float(loss.detach()) * weight / c.num_iterations
+                stats["clip_fraction"] += info["clip_fraction"] * token_share
+                stats["kl"] += info["kl_mean"] * token_share
+                stats["ratio_mean"] += info["ratio_mean"] * token_share
+                stats["entropy"] += float((entropy * mask).sum()) / max(float(step_tokens), 1.0) / c.num_iterations
+            if c.max_grad_norm > 0:
+                stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+            self.optimizer.step()
+        return stats
+
+    def _metrics(self, rows, rollout, rewards, update):
+        """The per-step log line: rewards, accuracy, dead groups, and the update's statistics."""
+        G = self.config.num_generations
+        answers = [row.get("answer") for row in rows for _ in range(G)]
+        correct = [self.task.is_correct(text, a) for text, a in zip(rollout.completions, answers) if a is not None]
+        return {
+            "step": self.step_count,
+            "epoch": self.schedule.epoch_of(self.step_count),
+            "loss": update["loss"],
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()),
+            "accuracy": sum(correct) / len(correct) if correct else None,
+            "dead_group_fraction": float(zero_std_groups(rewards).float().mean()),
+            "clip_fraction": update["clip_fraction"],
+            "kl": update["kl"] if self.ref_model is not None else None,   # not measured without π_ref
+            "ratio_mean": update["ratio_mean"],
+            "entropy": update["entropy"],
+            "completion_length": float(rollout.lengths.float().mean()),
+            "grad_norm": update["grad_norm"],
+        }
 
     # --- the whole run -------------------------------------------------------------------
     def evaluate(self, rows=None, **kwargs):
@@ -199,7 +223,7 @@ class GRPOTrainer:
         while self.step_count < self.schedule.total_steps:
             m = self.step()
             bar.update(1)
-            bar.set_postfix(reward=f"{m['reward_mean']:.2f}", kl=f"{m['kl']:.3f}", refresh=False)
+            bar.set_postfix(reward=f"{m['reward_mean']:.2f}", refresh=False)
             if c.eval_every and self.step_count % c.eval_every == 0:
                 self._record_eval()
             if c.checkpoint_every and self.step_count % c.checkpoint_every == 0:

@@ -76,6 +76,8 @@ def test_step_metrics_are_sane(random_model, char_tokenizer):
     assert m["ratio_mean"] == pytest.approx(1.0)      # μ = 1: on-policy
     assert m["kl"] == pytest.approx(0.0, abs=1e-6)   # the policy has not moved yet at step 1
     assert 1 <= m["completion_length"] <= 4 and m["entropy"] > 0
+    no_ref = _trainer(random_model, char_tokenizer, beta=0.0)
+    assert no_ref.ref_model is None and no_ref.step()["kl"] is None   # not measured, not "0"
 
 
 def _reward_first_digit(prompts, completions, **kw):
