@@ -92,8 +92,11 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
 
     tokens, logps = [], []
     finished = torch.zeros(N, dtype=torch.bool, device=device)
-    attn = prompt_mask
-    pos = _positions(attn)
+    # Without left padding the plain causal mask is exact, and letting the model build it
+    # is much cheaper than passing an explicit mask at every decoding step.
+    padded = not bool(prompt_mask.all())
+    attn = prompt_mask if padded else None
+    pos = _positions(prompt_mask) if padded else None
     cache_name = _cache_name(model)
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True,
                 logits_to_keep=1)
@@ -111,8 +114,9 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
         finished |= tok.squeeze(1) == eos
         if finished.all():
             break
-        attn = torch.cat([attn, torch.ones_like(tok)], dim=1)                  # attend to the new token
-        pos = pos[:, -1:] + 1
+        if padded:
+            attn = torch.cat([attn, torch.ones_like(tok)], dim=1)              # attend to the new token
+            pos = pos[:, -1:] + 1
         out = model(input_ids=tok, attention_mask=attn, position_ids=pos, use_cache=True,
                     **{cache_name: getattr(out, cache_name)})
 
@@ -139,8 +143,14 @@ def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens,
     ``with_entropy``.
     """
     T = num_completion_tokens
-    out = model(input_ids=input_ids, attention_mask=attention_mask,
-                position_ids=_positions(attention_mask), logits_to_keep=T + 1)
+    if bool(attention_mask[:, 0].all()):
+        # No left padding: the only zeros in the mask follow an EOS, and under causal
+        # attention no earlier token can see them, so the plain causal mask gives the same
+        # log-probs for every token that counts, and costs less.
+        attention_mask = None
+    position_ids = None if attention_mask is None else _positions(attention_mask)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                logits_to_keep=T + 1)
     logits = out.logits[:, :-1, :].float()                                      # (N, T, V): predicts tokens P..P+T-1
     if temperature > 0:
         logits = logits / temperature

@@ -70,7 +70,7 @@ class GRPOTrainer:
         # π_ref: a frozen copy of the starting policy, only needed for the KL term
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
-                                           betas=(0.9, 0.99), weight_decay=0.0)
+                                           betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.step_count = 0
         self.history = []      # one metrics dict per step
@@ -165,7 +165,8 @@ class GRPOTrainer:
                 stats["ratio_mean"] += info["ratio_mean"] * token_share
                 stats["entropy"] += float((entropy * mask).sum()) / max(float(step_tokens), 1.0) / c.num_iterations
             if c.max_grad_norm > 0:
-                stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+                stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm,
+                                                                            foreach=True))
             self.optimizer.step()
         return stats
 
