@@ -93,6 +93,23 @@ class Note:
                 f"{html.escape(self.text)}</div>")
 
 
+def show_source(obj, *, start=None, stop=None):
+    """Print the library's own code for ``obj``, lines numbered from 1, so a lesson shows
+    exactly what runs (never a pasted copy). ``start``/``stop``: print only from the first
+    line containing ``start`` up to (not including) the first later line containing ``stop``.
+    """
+    import inspect
+
+    lines = inspect.getsource(obj).splitlines()
+    first = next((i for i, l in enumerate(lines) if start in l), 0) if start else 0
+    last = next((i for i, l in enumerate(lines) if i > first and stop in l), len(lines)) if stop else len(lines)
+    path = inspect.getsourcefile(obj).replace("\\", "/")
+    where = path[path.rindex("grpo_edu/"):] if "grpo_edu/" in path else path
+    print(f"# {where} · {obj.__qualname__}")
+    for number, line in enumerate(lines[first:last], start=first + 1):
+        print(f"{number:3d} | {line}")
+
+
 # --- lesson 01: schedule ----------------------------------------------------------------
 
 def schedule_timeline(schedule, ax=None):

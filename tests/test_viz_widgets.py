@@ -314,3 +314,13 @@ def test_lesson_05_and_08_exercises_are_computed_by_the_library():
         assert EXERCISES[exercise_id].solution() == pytest.approx(value, abs=1e-4)
     assert check("08.1", 128) and not check("05.4", 0.25)
     assert 0.9 < EXERCISES["08.3"].solution() <= 1.0 and 0.9 < EXERCISES["08.4"].solution() <= 1.0
+
+
+def test_show_source_prints_the_library_code_numbered(capsys):
+    from grpo_edu import losses
+
+    viz.show_source(losses.grpo_loss, start="# r_{i,t}", stop="kl = None")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# grpo_edu/losses.py · grpo_loss"
+    assert "r_{i,t} = π_θ / π_θold" in out[1] and "kl = None" not in "\n".join(out)
+    assert all(line[:3].strip().isdigit() and line[3:6] == " | " for line in out[1:])
