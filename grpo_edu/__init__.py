@@ -11,6 +11,16 @@ Where each concept lives (one module per concept, named after it):
 ``kl``              per-token KL estimators k1, k2, k3 against π_ref
 ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
 ``notation``        the symbol → code-name table used everywhere
+``tasks``           verifiable tasks (addition, …) and prompt-file loading
+``rollout``         sampling G completions per prompt, with per-token log-probs
+``rewards``         reward functions → a checked (B, G) table
+``config``          GRPOConfig: every knob of a run, checked up front
+``trainer``         GRPOTrainer: the loop of the algorithm box
+``evaluation``      held-out accuracy of a model
+``checkpoint``      atomic safetensors + JSON checkpoints, exact resume
+``models``          loading the bundled model, a local folder or a hub name
+``make_model``      building the bundled tiny model
+``bench``/``cli``   ``grpo-edu bench`` and the ``grpo-edu`` command
 ``exercises``       self-check exercises for the lessons
 ``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
 ==================  =========================================================

@@ -8,8 +8,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grpo_edu.make_model import (BAND, build_tiny_model, evaluate_accuracy, main,  # noqa: E402
-                                 sample_completions, success_rates)
+from grpo_edu.evaluation import evaluate_accuracy, sample_completions, success_rates  # noqa: E402
+from grpo_edu.make_model import BAND, build_tiny_model, main  # noqa: E402
 from grpo_edu.tasks import get_task  # noqa: E402
 from grpo_edu.tokenizer import CHARS, SPECIAL_TOKENS, build_char_tokenizer, save_char_tokenizer  # noqa: E402
 
