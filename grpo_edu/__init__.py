@@ -6,22 +6,27 @@ function that needs them is first used, so the early lessons start at once.
 Where each concept lives (one module per concept, named after it):
 
 ==================  =========================================================
-``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic
+``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic; the lr schedule
+``policy_gradient`` the log-derivative trick, baselines, importance sampling (toy demos)
 ``advantages``      group-relative advantages Â_i = (R_i − μ)/(σ + eps)
 ``kl``              per-token KL estimators k1, k2, k3 against π_ref
+``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
 ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
 ``notation``        the symbol → code-name table used everywhere
 ``tasks``           verifiable tasks (addition, …) and prompt-file loading
 ``rollout``         sampling G completions per prompt, with per-token log-probs
 ``rewards``         reward functions → a checked (B, G) table
+``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
 ``config``          GRPOConfig: every knob of a run, checked up front
 ``trainer``         GRPOTrainer: the loop of the algorithm box
 ``evaluation``      held-out accuracy of a model
-``checkpoint``      atomic safetensors + JSON checkpoints, exact resume
-``models``          loading the bundled model, a local folder or a hub name
+``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
+``run_folder``      one run per output folder: a lock, and no mixing with another run
+``models``          loading the bundled model, a local folder, a run's folder or a hub name
 ``make_model``      building the bundled tiny model
 ``bench``/``cli``   ``grpo-edu bench`` and the ``grpo-edu`` command
 ``exercises``       self-check exercises for the lessons
+``claims``          a lesson's claims about a run, checked with measured margins
 ``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
 ==================  =========================================================
 """
@@ -32,7 +37,12 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (resolved lazily, PEP 562)
 _EXPORTS = {
+    "GRPOConfig": "config",
+    "GRPOTrainer": "trainer",
     "TrainingSchedule": "schedule",
+    "ReplayBuffer": "replay",
+    "ReplaySample": "replay",
+    "check_claim": "claims",
     "group_advantages": "advantages",
     "group_stats": "advantages",
     "rank_advantages": "advantages",

@@ -7,9 +7,13 @@ Every public function checks its arguments *before* doing any work and raises a
 import math
 
 
-def fail(arg, problem, fix):
-    """Raise the course's standard error: which argument, what is wrong, how to fix it."""
-    raise ValueError(f"{arg}: {problem}. Fix: {fix}.")
+def fail(arg, problem, fix, *, error=ValueError):
+    """Raise the course's standard error: which argument, what is wrong, how to fix it.
+
+    ``error`` picks a ``ValueError`` subclass when callers should be able to tell the
+    failure apart (e.g. ``checkpoint.CheckpointError``); the message reads the same.
+    """
+    raise error(f"{arg}: {problem}. Fix: {fix}.")
 
 
 def positive_int(arg, value, *, minimum=1, fix=None):

@@ -1,18 +1,65 @@
 """The ``grpo-edu`` command: train, eval, make-model, bench.
 
 ``grpo-edu train`` is the course's main job: a full GRPO run on the bundled tiny model,
-with a progress bar and held-out accuracy before and after. Every GRPOConfig field is a
-flag (``--batch-size 16``, ``--beta 0``, …); ``grpo-edu train --help`` lists them.
+with a progress bar, the held-out accuracy before training (printed as soon as it is
+measured) and after, and the trained model saved (by default into ``runs/<timestamp>/``)
+for ``grpo-edu eval --model DIR`` to score. Every GRPOConfig field is a flag
+(``--batch-size 16``, ``--beta 0``, …); ``grpo-edu train --help`` gives each one's meaning,
+read from its docstring in ``grpo_edu/config.py``.
 """
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import json
+import os
+import re
 import sys
 import time
 import typing
+import warnings
+from pathlib import Path
 
-from grpo_edu.config import GRPOConfig
+from grpo_edu.config import CHOICES, GRPOConfig
+
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+"""A negative number given as a flag's value, e.g. ``--learning-rate -1e-4``."""
+
+
+# --- --help text from config.py's field docstrings ------------------------------------------
+def field_docs():
+    """{field: docstring} of GRPOConfig, read from its source with ``ast``.
+
+    Dataclass field docstrings are plain string statements, which Python does not keep at
+    run time, so the source is the only place to read them.
+    """
+    from grpo_edu import config
+
+    try:
+        tree = ast.parse(inspect.getsource(config))
+    except (OSError, TypeError, SyntaxError):   # no source (a frozen install): help shows defaults only
+        return {}
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "GRPOConfig")
+    docs = {}
+    for field, doc in zip(cls.body, cls.body[1:]):
+        if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            docs[field.target.id] = inspect.cleandoc(doc.value.value)
+    return docs
+
+
+def first_sentence(text):
+    """The text up to the first full stop outside parentheses that ends a sentence."""
+    text = " ".join(text.replace("``", "").split())   # reST literals read as plain text in --help
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([") - (ch in ")]")
+        if ch == "." and depth <= 0 and (i + 1 == len(text) or text[i + 1] == " "):
+            word = text[:i].rsplit(" ", 1)[-1]
+            if word.lower() not in ("e.g", "i.e", "vs", "dr", "cf", "etc"):
+                return text[:i + 1]
+    return text
 
 
 def _field_type(field):
@@ -29,18 +76,30 @@ def _none_or(kind):
     return parse
 
 
+def _choices(name):
+    if name == "task":
+        from grpo_edu.tasks import TASKS
+
+        return tuple(TASKS)
+    return CHOICES.get(name)
+
+
 def _add_config_flags(parser):
-    group = parser.add_argument_group("GRPOConfig fields (see grpo_edu/config.py for each one's meaning)")
+    group = parser.add_argument_group("GRPOConfig fields (grpo_edu/config.py has each one's full docstring)")
+    docs = field_docs()
     for field in dataclasses.fields(GRPOConfig):
         kind = _field_type(field)
         flag = "--" + field.name.replace("_", "-")
-        doc = (field.default if field.default is not dataclasses.MISSING else None)
+        choices = _choices(field.name)
+        meaning = first_sentence(docs.get(field.name, ""))
+        if choices:
+            meaning += f" Choices: {', '.join(choices)}."
+        text = f"{meaning} (default: {field.default})".strip().replace("%", "%%")
         if kind is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default,
-                               help=f"default: {doc}")
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=text)
         else:
-            group.add_argument(flag, type=_none_or(kind), default=field.default, metavar=kind.__name__.upper(),
-                               help=f"default: {doc}")
+            metavar = "{" + ",".join(choices) + "}" if choices else kind.__name__.upper()
+            group.add_argument(flag, type=_none_or(kind), default=field.default, metavar=metavar, help=text)
 
 
 def _config_from(args):
@@ -48,26 +107,86 @@ def _config_from(args):
     return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
+# --- train ---------------------------------------------------------------------------------
+def default_run_dir(now=None):
+    """``runs/<timestamp>`` (e.g. runs/20261130-091500) under the current folder; a suffix if taken."""
+    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = Path(f"{base}-{n}")
+    return str(path)
+
+
+class MetricsFile:
+    """``--metrics-out``: opened at the first finished step, with the run's whole history.
+
+    Nothing is touched before a step completes, so a resume that fails leaves the file as
+    it was; a resumed run writes the restored steps first, then its new ones.
+    """
+
+    def __init__(self, path, trainer):
+        self.path, self.trainer, self.file = path, trainer, None
+
+    def __call__(self, metrics):
+        if self.file is None:
+            self.file = open(self.path, "w", encoding="utf-8")
+            rows = self.trainer.history          # already holds this step
+        else:
+            rows = [metrics]
+        for row in rows:
+            self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+
+
+def _fail(arg, problem, fix):
+    from grpo_edu import _checks
+
+    _checks.fail(arg, problem, fix)
+
+
 def cmd_train(args):
+    from tqdm.auto import tqdm
+
     from grpo_edu.trainer import GRPOTrainer
 
     t_start = time.perf_counter()
+    if args.resume and args.overwrite:
+        _fail("--overwrite", "cannot be combined with --resume",
+              "resume a run (it keeps its checkpoints) or overwrite it, not both")
+    if args.metrics_out and os.path.isdir(args.metrics_out):
+        _fail("--metrics-out", f"{args.metrics_out} is a folder", "pass a file path, e.g. metrics.jsonl")
+    if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
+        args.output_dir = default_run_dir()
     config = _config_from(args)                    # every field checked before any model loads
-    out = open(args.metrics_out, "w", encoding="utf-8") if args.metrics_out else None
+    if config.output_dir and not (args.resume or args.overwrite):
+        from grpo_edu import run_folder
 
-    def log(metrics):
-        if out:
-            out.write(json.dumps(metrics) + "\n")
-            out.flush()
+        run_folder.check_output_dir(config.output_dir)
+        run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
 
-    trainer = GRPOTrainer(config, callbacks=[log])
+    def show_eval(record):                         # printed as soon as it is measured
+        when = "before training" if record["step"] == 0 else f"at step {record['step']}"
+        tqdm.write(f"held-out accuracy {when}: {record['accuracy']:.1%} "
+                   f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
+
+    trainer = GRPOTrainer(config, eval_callbacks=[show_eval])
+    metrics_file = MetricsFile(args.metrics_out, trainer) if args.metrics_out else None
+    if metrics_file:
+        trainer.callbacks.append(metrics_file)
     sched = trainer.schedule
     print(f"GRPO on {config.model} · task {config.task} · {len(trainer.train_rows)} prompts · "
           f"B={config.batch_size} G={config.num_generations} → {sched.total_steps} steps "
           f"(stops by {sched.stop_reason}) · device {trainer.device}", flush=True)
-    history = trainer.train(resume_from=args.resume, progress=not args.no_progress)
-    if out:
-        out.close()
+    try:
+        history = trainer.train(resume_from=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+    finally:
+        if metrics_file:
+            metrics_file.close()
     if trainer.evals:
         first, last = trainer.evals[0], trainer.evals[-1]
         print(f"held-out accuracy (sampling at temperature 1, {len(trainer.eval_rows)} prompts): "
@@ -76,20 +195,26 @@ def cmd_train(args):
         last = history[-1]
         kl = "not measured (beta 0)" if last["kl"] is None else f"{last['kl']:.4f}"
         print(f"last step: reward {last['reward_mean']:.3f}, kl to the start {kl}")
-    if config.output_dir:
-        print(f"checkpoints in {config.output_dir}")
+    out = trainer.config.output_dir
+    if out:
+        print(f"model saved in {out} (checkpoint-{trainer.step_count:06d}); score it with: "
+              f"grpo-edu eval --model {out}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")
     return 0
 
 
+# --- eval ----------------------------------------------------------------------------------
 def cmd_eval(args):
     from grpo_edu.evaluation import evaluate
-    from grpo_edu.models import load_model_and_tokenizer
+    from grpo_edu.models import load_model_and_tokenizer, locate_model
     from grpo_edu.tasks import get_task
 
     task = get_task(args.task)
-    model, tok = load_model_and_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     rows = task.split(args.split, args.n)
+    source, info = locate_model(args.model)
+    if info["kind"] == "run":
+        print(f"{args.model} is a run's output folder: scoring its latest checkpoint, {info['checkpoint']}")
+    model, tok = load_model_and_tokenizer(source, trust_remote_code=args.trust_remote_code)
     res = evaluate(model, tok, rows, task, temperature=args.temperature, num_samples=args.samples,
                    seed=args.seed, max_new_tokens=args.max_new_tokens)
     print(f"{args.model} on {args.task}/{args.split} ({len(rows)} prompts × {args.samples} samples, "
@@ -99,38 +224,96 @@ def cmd_eval(args):
     return 0
 
 
+# --- replay --------------------------------------------------------------------------------
+def cmd_replay(args):
+    from grpo_edu.replay import describe_file
+
+    print(describe_file(args.path, show=args.show))
+    return 0
+
+
+# --- the parser ----------------------------------------------------------------------------
 def build_parser():
+    from grpo_edu.tasks import TASKS
+
     parser = argparse.ArgumentParser(prog="grpo-edu", description="Learn GRPO on a laptop CPU.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="run GRPO (default: the bundled tiny model on two-digit addition)")
+    train = sub.add_parser("train", help="run GRPO (default: the bundled tiny model on two-digit addition)",
+                           description="Run GRPO. The trained model is saved into --output-dir "
+                                       "(default: runs/<timestamp>/ under the current folder); "
+                                       "score it with `grpo-edu eval --model DIR`.")
     _add_config_flags(train)
-    train.add_argument("--metrics-out", metavar="FILE", help="write each step's metrics as a JSON line")
-    train.add_argument("--resume", metavar="DIR", help="continue from an output_dir or checkpoint folder")
-    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run = train.add_argument_group("the run")
+    run.add_argument("--metrics-out", metavar="FILE",
+                     help="write each step's metrics as a JSON line (a resumed run writes its earlier steps too)")
+    run.add_argument("--resume", metavar="DIR",
+                     help="continue from a run's output folder or one of its checkpoint-* folders; "
+                          "saves into that run's folder unless --output-dir says otherwise")
+    run.add_argument("--overwrite", action="store_true",
+                     help="let this run replace another run in --output-dir (only that run's checkpoint-* "
+                          "folders and latest.json are removed; nothing else)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser("eval", help="held-out accuracy of a model directory on a task")
-    ev.add_argument("--model", default="bundled", help="model directory or 'bundled' (default)")
-    ev.add_argument("--task", default="addition")
-    ev.add_argument("--split", default="heldout", choices=["heldout", "train"])
-    ev.add_argument("--n", type=int, default=500, help="number of prompts (default 500)")
-    ev.add_argument("--samples", type=int, default=1, help="samples per prompt (default 1)")
-    ev.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
-    ev.add_argument("--max-new-tokens", type=int, default=8)
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--show", type=int, default=5, help="print this many sample answers")
-    ev.add_argument("--trust-remote-code", action="store_true")
+    ev = sub.add_parser("eval", help="held-out accuracy of a model directory on a task",
+                        description="Score a model: sample answers to a task's prompts and check them.")
+    ev.add_argument("--model", default="bundled", metavar="DIR",
+                    help="A model folder, a run's output folder (its latest checkpoint is used), a hub name, "
+                         "or 'bundled'. (default: bundled)")
+    ev.add_argument("--task", default="addition", metavar="{" + ",".join(TASKS) + "}",
+                    help=f"The task whose prompts and checker are used. Choices: {', '.join(TASKS)}. "
+                         "(default: addition)")
+    ev.add_argument("--split", default="heldout", choices=["heldout", "train"],
+                    help="Which split's prompts to score. (default: heldout)")
+    ev.add_argument("--n", type=int, default=500, metavar="INT",
+                    help="Number of prompts: the split's first n. (default: 500)")
+    ev.add_argument("--samples", type=int, default=1, metavar="INT",
+                    help="Answers sampled per prompt. (default: 1)")
+    ev.add_argument("--temperature", type=float, default=1.0, metavar="FLOAT",
+                    help="Sampling temperature; 0 = greedy, the model's most likely answer. (default: 1)")
+    ev.add_argument("--max-new-tokens", type=int, default=8, metavar="INT",
+                    help="Most tokens per answer. (default: 8)")
+    ev.add_argument("--seed", type=int, default=0, metavar="INT",
+                    help="Seed of the sampling: same seed, same score. (default: 0)")
+    ev.add_argument("--show", type=int, default=5, metavar="INT", help="Print this many sample answers. (default: 5)")
+    ev.add_argument("--trust-remote-code", action="store_true",
+                    help="Allow a hub model to run its own Python code; only for code you have read. (default: off)")
     ev.set_defaults(func=cmd_eval)
+
+    rp = sub.add_parser("replay", help="show what a replay buffer file holds (.jsonl, .sqlite or .db)",
+                        description="Print a replay buffer file's size, rounds, advantage and reward summary "
+                                    "and a few samples. The file is only read, never changed.")
+    rp.add_argument("path", metavar="PATH", help="The buffer file (.jsonl, .sqlite or .db).")
+    rp.add_argument("--show", type=int, default=5, metavar="INT",
+                    help="Print this many samples, the strongest first. (default: 5)")
+    rp.set_defaults(func=cmd_replay)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
     sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")
     sub.add_parser("bench", help="time the trainer against the bare PyTorch floor and TRL (grpo-edu bench --help)")
+    parser.value_flags = {flag for sp in sub.choices.values() for action in sp._actions
+                          if action.nargs != 0 for flag in action.option_strings}
     return parser
+
+
+def join_negative_values(argv, value_flags):
+    """``--flag -1e-4`` → ``--flag=-1e-4``: argparse would take ``-1e-4`` for a flag of its own."""
+    out = []
+    for token in argv:
+        if out and out[-1] in value_flags and NEGATIVE_NUMBER.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
 
 
 PASS_THROUGH = {"make-model": "grpo_edu.make_model", "bench": "grpo_edu.bench"}
 """Subcommands whose flags belong to their own module's parser."""
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"grpo-edu: warning: {message}", file=sys.stderr)
 
 
 def main(argv=None):
@@ -139,12 +322,15 @@ def main(argv=None):
         from importlib import import_module
 
         return import_module(PASS_THROUGH[argv[0]]).main(argv[1:]) or 0
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as err:          # the library's checked errors: show the message, not a traceback
-        print(f"grpo-edu {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    parser = build_parser()
+    args = parser.parse_args(join_negative_values(argv, parser.value_flags))
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning      # one plain line, not a source listing
+        try:
+            return args.func(args)
+        except ValueError as err:      # the library's checked errors: show the message, not a traceback
+            print(f"grpo-edu {args.command}: error: {err}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ checked when the config is made, before any model loads; errors name the field a
 
 The defaults are tuned for the bundled tiny model on a laptop CPU, not for an LLM: a
 learning rate of 5e-6–2e-5 (seed 004's advice) suits a billion-parameter model that starts
-out good at the task; the 130k-parameter bundled model learns at 2e-4.
+out good at the task; the 130k-parameter bundled model learns at 3e-4, decayed linearly to 0.
 """
 
+import warnings
 from dataclasses import asdict, dataclass, fields
 
 from grpo_edu import _checks
@@ -16,7 +17,17 @@ from grpo_edu import _checks
 BUNDLED_MODEL = "bundled"
 """The model name that means "the tiny model in assets/tiny-adder"."""
 
+CHOICES = {
+    "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo"),
+    "scale": ("group", "batch", "none"),
+    "device": ("auto", "cpu", "cuda"),
+    "lr_scheduler_type": ("linear", "constant"),
+}
+"""The allowed values of the choice fields (``task`` takes a name from ``grpo_edu.tasks.TASKS``)."""
+
 # fields that may differ when a run is resumed: they do not change what a step computes
+# (a new length changes the linear schedule's learning rate from the resumed step on: the
+# trainer warns when that happens)
 RESUMABLE_CHANGES = ("total_training_steps", "total_epochs", "output_dir", "checkpoint_every",
                      "eval_size", "eval_every", "device")
 
@@ -26,7 +37,8 @@ class GRPOConfig:
     """Settings of one GRPO run (see each field's docstring)."""
 
     model: str = BUNDLED_MODEL
-    """A local model directory, a Hugging Face hub name (needs internet), or "bundled"."""
+    """A local model directory, a run's output folder (its latest checkpoint), a Hugging Face hub name
+    (needs internet), or "bundled"."""
     task: str = "addition"
     """Verifiable task giving the prompts and the reward (``grpo_edu.tasks.TASKS``)."""
     dataset: str | None = None
@@ -45,21 +57,24 @@ class GRPOConfig:
     num_iterations: int = 1
     """μ: optimizer updates per sampled batch (DeepSeekMath's inner loop). 1 = strictly on-policy."""
 
-    learning_rate: float = 2e-4
-    """AdamW step size. 5e-6–2e-5 for LLMs (seed 004); the 130k-parameter bundled model takes 2e-4
-    (1e-3 makes it collapse within 50 steps: lesson 05)."""
+    learning_rate: float = 3e-4
+    """AdamW step size at the first step. 5e-6–2e-5 for LLMs (seed 004); the 130k-parameter bundled model
+    takes 3e-4 (2e-3 makes it collapse within 30 steps: lesson 05)."""
+    lr_scheduler_type: str = "linear"
+    """How the learning rate changes over the run: "linear" (to 0 at the end, TRL's default) or "constant"."""
     max_grad_norm: float = 1.0
     """Gradient clipping (global L2 norm); 0 turns it off."""
     beta: float = 0.04
     """β: weight of the KL(π_θ ‖ π_ref) penalty. 0 skips the reference model. TRL default 0.0, DeepSeekMath 0.04."""
     epsilon: float = 0.2
-    """ε: clip range of the ratio r (lower side, and upper side unless epsilon_high is set)."""
+    """ε: clip range of the ratio r (lower side, and upper side unless epsilon_high is set); 0 < ε < 1."""
     epsilon_high: float | None = None
-    """ε_high: upper clip range (DAPO's clip-higher uses 0.28); None = epsilon."""
+    """ε_high: upper clip range (DAPO's clip-higher uses 0.28; below epsilon warns); None = epsilon."""
     temperature: float = 1.0
     """Sampling temperature τ for rollouts (also divides the logits in the loss, as TRL does)."""
-    max_completion_length: int = 8
-    """Most new tokens per completion (T)."""
+    max_completion_length: int = 4
+    """Most new tokens per completion (|o| ≤ this); a completion cut here without <eos> is truncated.
+    4 fits every addition answer (up to 3 digits, then <eos>)."""
     loss_type: str = "grpo"
     """How per-token losses are averaged: "grpo", "bnpo", "dapo" or "dr_grpo" (see grpo_edu.losses)."""
     scale: str = "group"
@@ -74,7 +89,8 @@ class GRPOConfig:
     checkpoint_every: int = 0
     """Write a checkpoint every this many steps (and at the end); 0 = never. Needs output_dir."""
     output_dir: str | None = None
-    """Where checkpoints and the final model go."""
+    """Where checkpoints and the final model go (a folder of this run's own); None saves nothing.
+    ``grpo-edu train`` defaults to runs/<timestamp>/, and a resumed run to the folder it resumes."""
     device: str = "auto"
     """"auto" (CUDA when present, else CPU), "cpu" or "cuda". On CUDA the forward passes run in bf16 autocast."""
     trust_remote_code: bool = False
@@ -87,13 +103,19 @@ class GRPOConfig:
             _checks.positive_float(name, getattr(self, name))
         for name in ("beta", "max_grad_norm"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
+        if self.epsilon >= 1:
+            _checks.fail("epsilon", f"must be below 1, got {self.epsilon!r}: the lower clip bound 1 − ε would be ≤ 0",
+                         "pass a clip range in (0, 1), usually 0.2")
         if self.epsilon_high is not None:
             _checks.positive_float("epsilon_high", self.epsilon_high)
+            if self.epsilon_high < self.epsilon:
+                warnings.warn(f"epsilon_high: {self.epsilon_high} is below epsilon {self.epsilon}, so the upper clip "
+                              "is tighter than the lower one; DAPO's clip-higher uses epsilon_high > epsilon "
+                              "(0.28 with 0.2)", stacklevel=3)
         for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
             _checks.positive_int(name, getattr(self, name), minimum=0)
-        _checks.choice("loss_type", self.loss_type, ("grpo", "bnpo", "dapo", "dr_grpo"))
-        _checks.choice("scale", self.scale, ("group", "batch", "none"))
-        _checks.choice("device", self.device, ("auto", "cpu", "cuda"))
+        for name, allowed in CHOICES.items():
+            _checks.choice(name, getattr(self, name), allowed)
         if self.checkpoint_every and not self.output_dir:
             _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
                          "pass output_dir=… (a folder), or checkpoint_every=0")

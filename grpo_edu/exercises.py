@@ -1,16 +1,30 @@
-"""Self-check exercises at the end of each lesson.
+"""Self-check exercises, code-writing exercises and predict-then-run questions for the lessons.
 
 Each exercise's expected answer is *computed by the library* when you check, never typed
-in by hand, so the exercises stay true to the code. In a notebook:
+in by hand, so the exercises stay true to the code. Three kinds:
 
->>> from grpo_edu.exercises import check, show
+* ``Exercise``: a number, a string or a list. ``check("01.1", 250)``.
+* ``CodeExercise``: you write a function; ``check("02.4", my_function)`` runs it on seeded
+  random inputs and compares every output with the library function it re-creates.
+* ``Prediction``: you write a guess *before* running an experiment; ``reveal("02.P1", guess,
+  measured)`` then prints the measured value beside your guess. Without a guess it shows
+  nothing, so the lesson cannot give the answer away.
+
+In a notebook, an exercise cell ends with ``ok = check(...)``: the assignment keeps the returned
+True/False from being echoed under the cell (a trailing ``;`` would not do it under nbval,
+which runs cells without storing history, and IPython's ``;`` check reads the history):
+
+>>> from grpo_edu.exercises import check, reveal, show
 >>> show("01.1")                     # prints the question
->>> check("01.1", 250)               # prints ✅ or ❌ with a hint; returns True/False
+>>> ok = check("01.1", 250)          # prints ✅ or ❌ with a hint; ok is True/False
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,32 @@ class Exercise:
     """Shown after a wrong answer."""
     tolerance: float = 1e-3
     """Absolute tolerance for numeric answers."""
+
+
+@dataclass(frozen=True)
+class CodeExercise:
+    question: str
+    """What function the learner is asked to write, and its signature."""
+    reference: Callable[..., Any]
+    """The library's version: called with the same arguments as the learner's function."""
+    inputs: Callable[[np.random.Generator], tuple]
+    """Draws one tuple of arguments (numpy arrays / numbers) from a seeded generator."""
+    hint: str
+    """Shown after a wrong result."""
+    trials: int = 20
+    """How many random inputs are tried (seeded, so every run tries the same ones)."""
+    tolerance: float = 1e-6
+    """Absolute tolerance per element."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    question: str
+    """What the learner predicts before running the experiment."""
+    tolerance: float | None = None
+    """Numeric guesses: how far from the measured value still counts as right."""
+    choices: tuple[str, ...] = ()
+    """Choice guesses: the allowed answers (compared case-insensitively)."""
 
 
 def _schedule(**kw):
@@ -86,19 +126,37 @@ def _on_policy_ratio():
     return info["ratio_mean"]
 
 
-def _dead_step_policy_loss(B=16, G=8, T=4, beta=0.04):
-    """info["policy_loss"] of a step where every answer of every group scored 0 (a collapsed run)."""
+def _live_token_gradient():
+    """∂loss/∂log π of the right answer's token: one live group [1, 0, 0, 0], one dead group, |o| = 1."""
     import torch
 
     from grpo_edu.advantages import group_advantages
     from grpo_edu.losses import grpo_loss
 
-    torch.manual_seed(0)
-    adv = group_advantages(torch.zeros(B, G)).reshape(-1)                 # (N,)
-    logprobs = -torch.rand(B * G, T)                                      # any log-probs
-    ref = logprobs.detach() - 0.1 * torch.rand(B * G, T)                  # the policy has drifted from π_ref
-    _, info = grpo_loss(logprobs, logprobs.detach(), adv, torch.ones(B * G, T), ref_logprobs=ref, beta=beta)
-    return info["policy_loss"]
+    adv = group_advantages(torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float64)).reshape(-1)
+    logprobs = torch.full((8, 1), -0.5, dtype=torch.float64, requires_grad=True)          # (N, |o| = 1)
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), adv, torch.ones_like(logprobs), loss_type="grpo")
+    loss.backward()
+    return logprobs.grad[0, 0].item()
+
+
+def _sequence_logprob_ref(token_logprobs, mask):
+    return (np.asarray(token_logprobs) * np.asarray(mask)).sum(axis=1)
+
+
+def _token_logprob_input(rng):
+    N, T = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+    lengths = rng.integers(1, T + 1, size=N)
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)          # (N, T)
+    return (np.log(rng.uniform(0.01, 1.0, size=(N, T))), mask)
+
+
+def _trl_steps(total_training_steps, num_iterations):
+    """Optimizer updates (TRL's "steps") of a grpo_edu run: steps × num_iterations."""
+    from grpo_edu.config import GRPOConfig
+
+    config = GRPOConfig(total_training_steps=total_training_steps, num_iterations=num_iterations)
+    return config.schedule(2000).total_steps * config.num_iterations
 
 
 def _default_run_schedule():
@@ -128,7 +186,61 @@ def _pass_at_k(n=100, k=8):
     return sum(any(correct[i:i + k]) for i in range(0, len(correct), k)) / n
 
 
-EXERCISES: dict[str, Exercise] = {
+# --- code exercises: references and seeded random inputs -----------------------------------
+
+def _group_advantages_ref(rewards):
+    from grpo_edu.advantages import group_advantages
+
+    return group_advantages(rewards)
+
+
+def _rewards_input(rng):
+    """A (B, G) reward table; small G and few reward values, so dead groups turn up."""
+    B, G = int(rng.integers(1, 5)), int(rng.integers(2, 9))
+    if rng.random() < 0.5:
+        return (rng.integers(0, 2, size=(B, G)).astype(float),)          # right / wrong
+    return (rng.choice([0.0, 0.25, 0.5, 1.0], size=(B, G)),)              # partial credit
+
+
+def _zero_std_ref(rewards):
+    from grpo_edu.advantages import zero_std_groups
+
+    return zero_std_groups(rewards)
+
+
+def _clipped_loss_ref(ratio, advantage, epsilon):
+    """−min(r·Â, clip(r, 1 − ε, 1 + ε)·Â) per token, one ``grpo_loss`` call per token."""
+    import torch
+
+    from grpo_edu.losses import grpo_loss
+
+    out = []
+    for r, a in zip(ratio, advantage):
+        logprobs = torch.tensor([[math.log(r)]], dtype=torch.float64)
+        loss, _ = grpo_loss(logprobs, torch.zeros_like(logprobs), torch.tensor([float(a)], dtype=torch.float64),
+                            torch.ones_like(logprobs), epsilon=epsilon)
+        out.append(loss.item())
+    return np.array(out)
+
+
+def _clip_input(rng):
+    n = int(rng.integers(3, 9))
+    return (rng.uniform(0.5, 1.6, size=n), rng.normal(0, 1.5, size=n), float(rng.choice([0.1, 0.2, 0.3])))
+
+
+def _k3_ref(logprobs, ref_logprobs):
+    from grpo_edu.kl import kl_estimate
+
+    return kl_estimate(logprobs, ref_logprobs, kind="k3")
+
+
+def _logprob_input(rng):
+    n = int(rng.integers(3, 9))
+    logprobs = np.log(rng.uniform(0.01, 1.0, size=n))
+    return (logprobs, logprobs + rng.normal(0, 0.5, size=n))
+
+
+EXERCISES: dict[str, Any] = {
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
                      lambda: _schedule(dataset_size=3000, batch_size=12, num_generations=8,
@@ -148,6 +260,10 @@ EXERCISES: dict[str, Exercise] = {
                      lambda: _schedule(dataset_size=1000, batch_size=64, num_generations=8,
                                        total_epochs=1).dropped_per_epoch,
                      "the incomplete last batch is dropped: dataset_size % batch_size."),
+    "01.5": Exercise("A grpo_edu run of 1000 steps uses num_iterations = 2. How many steps does TRL's log show "
+                     "for the same run, since TRL counts optimizer updates?",
+                     lambda: _trl_steps(1000, 2),
+                     "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates."),
     # lesson 02: group advantages
     "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
                      "correct answer? (4 decimals)",
@@ -159,6 +275,12 @@ EXERCISES: dict[str, Exercise] = {
     "02.3": Exercise("Rewards [2, 0, 0, 0] with scale='none' (Dr. GRPO). Advantage of the first answer?",
                      lambda: _adv([2, 0, 0, 0], scale="none")[0],
                      "scale='none' only subtracts the group mean."),
+    "02.4": CodeExercise("Write my_group_advantages(rewards): rewards is a (B, G) numpy array; return the (B, G) "
+                         "array Â = (R − μ)/(σ + 1e-4) per row, σ unbiased, and exactly 0 for a row whose "
+                         "rewards are all equal.",
+                         _group_advantages_ref, _rewards_input,
+                         "μ and σ are per row (axis=1, keepdims=True); σ divides by G − 1 (ddof=1); a row with "
+                         "σ = 0 must give 0, not NaN.", tolerance=1e-3),
     # lesson 03: zero-σ groups
     "03.1": Exercise("A prompt is solved with probability p = 0.9 and G = 4. Chance that its group is dead? "
                      "(4 decimals)",
@@ -170,6 +292,10 @@ EXERCISES: dict[str, Exercise] = {
     "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
                      lambda: round(_dead(0.5, 2, 4), 4),
                      "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
+    "03.4": CodeExercise("Write my_zero_std_groups(rewards): rewards is a (B, G) numpy array; return B booleans, "
+                         "True where all G rewards of the row are equal (a dead group).",
+                         _zero_std_ref, _rewards_input,
+                         "compare each row's largest and smallest reward: rewards.max(axis=1) == rewards.min(axis=1)."),
     # lesson 04: clipped loss and KL
     "04.1": Exercise("ε = 0.2, Â = +1, and the new policy made a token 1.5 times as likely (r = 1.5). "
                      "What is this token's objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â)?",
@@ -186,6 +312,15 @@ EXERCISES: dict[str, Exercise] = {
                      "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
                      lambda: _token_weight((2, 8), "grpo", 1),
                      "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
+    "04.5": CodeExercise("Write my_clipped_loss(ratio, advantage, epsilon): ratio and advantage are numpy arrays, "
+                         "one entry per token; return each token's loss −min(r·Â, clip(r, 1 − ε, 1 + ε)·Â).",
+                         _clipped_loss_ref, _clip_input,
+                         "np.clip(ratio, 1 - epsilon, 1 + epsilon); np.minimum of the two products; "
+                         "then the minus sign."),
+    "04.6": CodeExercise("Write my_k3(logprobs, ref_logprobs): numpy arrays of log π_θ and log π_ref of the sampled "
+                         "tokens; return the k3 estimate per token.",
+                         _k3_ref, _logprob_input,
+                         "with log ρ = ref_logprobs − logprobs: k3 = exp(log ρ) − log ρ − 1."),
     # lesson 05: one GRPO step, short runs
     "05.1": Exercise("On the first update of a batch, π_θ is still the policy that sampled the answers. "
                      "What is the mean probability ratio r = π_θ / π_θold?",
@@ -202,10 +337,17 @@ EXERCISES: dict[str, Exercise] = {
     "05.4": Exercise("G = 2 and the model is right with p = 0.5. What is the chance that a group is dead?",
                      lambda: _dead(0.5, 2),
                      "two answers: both right (p²) or both wrong ((1 − p)²)."),
-    "05.5": Exercise("After a collapse every answer of every group scores 0, and β = 0.04. What is the "
-                     "policy-gradient part of the loss, info['policy_loss']?",
-                     _dead_step_policy_loss,
-                     "every group is dead, so every advantage is 0; only the KL term is left."),
+    "05.5": Exercise("A step has two groups of G = 4: rewards [1, 0, 0, 0] and [0, 0, 0, 0]. Every answer is one "
+                     "token long; it is the first update (r = 1), β = 0, loss_type = 'grpo'. The loss is 0. What "
+                     "is ∂loss/∂log π of the right answer's token? (4 decimals)",
+                     _live_token_gradient,
+                     "−Â/(N·|o|): Â of the right answer is 0.75/(0.5 + 1e-4), N = 8 answers (the dead group counts "
+                     "in N too), |o| = 1.", tolerance=1e-4),
+    "05.6": CodeExercise("Write my_sequence_logprob(token_logprobs, mask): (N, T) numpy arrays of the log-prob of "
+                         "each completion token and the completion mask (1 up to and including <eos>); return the "
+                         "N log-probabilities of the whole answers.",
+                         _sequence_logprob_ref, _token_logprob_input,
+                         "log π(answer) is the sum of its tokens' log-probs; masked-out tokens (after <eos>) add nothing."),
     # lesson 08: the full run
     "08.1": Exercise("The default run has batch_size B = 16 and G = 8. On one GPU without gradient "
                      "accumulation, what per_device_train_batch_size gives TRL the same step?",
@@ -226,27 +368,148 @@ EXERCISES: dict[str, Exercise] = {
 }
 
 
+PREDICTIONS: dict[str, Prediction] = {
+    "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
+                        "= 1000. How many epochs does the run make?", tolerance=1e-9),
+    "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
+                        "does the right answer get?", tolerance=0.25),
+    "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
+                        tolerance=0.2),
+    "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
+                        "gradient coming from the 4 live groups becomes what fraction of what it was?",
+                        tolerance=0.05),
+    "04.P1": Prediction("Â = +1, ε = 0.2, and an update has moved the token the wrong way: r = 0.7, below "
+                        "1 − ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
+                        choices=("zero", "not zero")),
+    "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
+                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
+    "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
+                        "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
+                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
+    "04.P2": Prediction("Put k1 = log π_θ − log π_ref in the loss. Averaged over tokens sampled from π_θ, is "
+                        "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
+                        "'something else'?",
+                        choices=("zero", "the kl gradient", "something else")),
+}
+"""Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""
+
+
 def show(exercise_id):
-    """Print the question of an exercise."""
-    ex = _get(exercise_id)
-    print(f"Exercise {exercise_id}: {ex.question}")
+    """Print the question of an exercise or a prediction."""
+    ex = PREDICTIONS[exercise_id] if exercise_id in PREDICTIONS else _get(exercise_id)
+    print(f"{'Prediction' if exercise_id in PREDICTIONS else 'Exercise'} {exercise_id}: {ex.question}")
 
 
 def check(exercise_id, answer):
     """Compare ``answer`` with the library's result; print ✅ or ❌ (with a hint). Returns a bool.
 
-    ``answer=None`` (or ``...``) means "not answered yet" and prints the question.
+    ``answer=None`` (or ``...``) means "not answered yet" and prints the question. For a
+    ``CodeExercise`` the answer is your function; a function that still returns None (the
+    stub in the lesson) also counts as not answered yet.
     """
     ex = _get(exercise_id)
     if answer is None or answer is Ellipsis:
         print(f"Exercise {exercise_id}: not answered yet. {ex.question}")
         return False
+    if isinstance(ex, CodeExercise):
+        return _check_code(exercise_id, ex, answer)
     ok = _matches(answer, ex.solution(), ex.tolerance)
     if ok:
         print(f"✅ Exercise {exercise_id}: correct.")
     else:
         print(f"❌ Exercise {exercise_id}: not quite. Hint: {ex.hint}")
     return ok
+
+
+def _check_code(exercise_id, ex, function):
+    """Run ``function`` on ``ex.trials`` seeded inputs; compare with ``ex.reference``."""
+    if not callable(function):
+        print(f"❌ Exercise {exercise_id}: pass your function itself (its name, without parentheses), "
+              f"not {type(function).__name__}.")
+        return False
+    rng = np.random.default_rng(0)
+    for trial in range(ex.trials):
+        args = ex.inputs(rng)
+        expected = np.asarray(ex.reference(*args))
+        try:
+            got = function(*(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args))
+        except Exception as err:  # noqa: BLE001 -- the learner's code: report any error, do not crash
+            print(f"❌ Exercise {exercise_id}: your function raised {type(err).__name__}: {err}")
+            return False
+        if got is None:
+            if trial == 0:
+                print(f"Exercise {exercise_id}: not answered yet (your function returns None). {ex.question}")
+            else:
+                print(f"❌ Exercise {exercise_id}: your function returned None on input {trial + 1}.")
+            return False
+        if not _same_array(got, expected, ex.tolerance):
+            shown = ", ".join(_short(a) for a in args)
+            print(f"❌ Exercise {exercise_id}: not quite. For the input ({shown}) the library gives "
+                  f"{_short(expected)} and your function gives {_short(got)}. Hint: {ex.hint}")
+            return False
+    print(f"✅ Exercise {exercise_id}: your function matches the library on {ex.trials} random inputs.")
+    return True
+
+
+def _same_array(got, expected, tol):
+    try:
+        got = np.asarray(got, dtype=expected.dtype if expected.dtype == bool else np.float64)
+    except (TypeError, ValueError):
+        return False
+    if got.shape != expected.shape:
+        return False
+    if expected.dtype == bool:
+        return bool((got == expected).all())
+    return bool(np.allclose(got, expected, rtol=0, atol=tol, equal_nan=False))
+
+
+def _short(x):
+    """An argument or result, printed compactly (4 significant digits)."""
+    if isinstance(x, (np.ndarray, list, tuple)):
+        return np.array2string(np.asarray(x), precision=4, separator=", ", suppress_small=True).replace("\n", "")
+    return f"{x:.4g}" if isinstance(x, float) else repr(x)
+
+
+def reveal(prediction_id, guess, measured, *, show=None):
+    """Print the measured value beside the learner's ``guess`` (predict-then-run). Returns None.
+
+    With ``guess=None`` nothing is revealed: it prints the question and asks for a guess
+    first. ``show``: a table or figure to display too, once a guess is given. A numeric guess
+    counts as right within the prediction's ``tolerance``; a choice must match exactly
+    (case and surrounding spaces ignored).
+    """
+    if prediction_id not in PREDICTIONS:
+        known = ", ".join(sorted(PREDICTIONS))
+        raise ValueError(f"prediction_id: unknown prediction {prediction_id!r}. Fix: use one of {known}.")
+    pred = PREDICTIONS[prediction_id]
+    if guess is None or guess is Ellipsis:
+        print(f"Prediction {prediction_id}: no guess yet. {pred.question}\n"
+              "Write your guess in `guess` in the cell above, run that cell, then run this one again.")
+        return
+    if pred.choices:
+        answer = str(guess).strip().lower()
+        if answer not in pred.choices:
+            options = ", ".join(repr(c) for c in pred.choices)
+            print(f"Prediction {prediction_id}: {guess!r} is not one of the choices; write one of {options}.")
+            return
+        ok = answer == str(measured).strip().lower()
+        print(f"Prediction {prediction_id}: you said {answer!r}; the experiment says {measured!r}. "
+              + ("✅ Right." if ok else "❌ Not this time: read on to see why."))
+    else:
+        try:
+            value = float(guess)
+        except (TypeError, ValueError):
+            print(f"Prediction {prediction_id}: write a number for your guess, not {guess!r}.")
+            return
+        off = abs(value - float(measured))
+        verdict = ("✅ Right." if off < 1e-9 else "✅ Close enough." if off <= pred.tolerance
+                   else "❌ Off: read on to see why.")
+        print(f"Prediction {prediction_id}: you guessed {value:.4g}; "
+              f"the experiment gives {float(measured):.4g}. {verdict}")
+    if show is not None:
+        from IPython.display import display
+
+        display(show)
 
 
 def _get(exercise_id):

@@ -10,8 +10,11 @@ Stopped there, the model already writes the format (digits, then ``<eos>``) and 
 prompts puts real but not overwhelming probability on the right answer, which is the
 starting point where GRPO has the most to do and the most signal to do it with.
 
-Run ``python -m grpo_edu.make_model --out assets/tiny-adder`` (about a minute on a
-2-core laptop). The same seed gives byte-identical ``model.safetensors`` on one machine.
+Run ``grpo-edu make-model`` (or ``python -m grpo_edu.make_model --out assets/tiny-adder``;
+about a minute on a 2-core laptop). The same seed gives byte-identical
+``model.safetensors`` on one machine. The command writes nothing unless the new model's
+accuracy lands in :data:`BAND`: it is built aside and only then moved into place, so a
+failed rebuild never replaces the bundled model.
 """
 
 from __future__ import annotations
@@ -20,15 +23,20 @@ import argparse
 import inspect
 import json
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 from grpo_edu._checks import choice, fail, positive_float, positive_int
 from grpo_edu.evaluation import evaluate_accuracy, sample_completions
+from grpo_edu.models import ASSETS
 from grpo_edu.tasks import get_task
 from grpo_edu.tokenizer import build_char_tokenizer, save_char_tokenizer
 
-DEFAULT_OUT = "assets/tiny-adder"
+BUNDLED_DIR = ASSETS / "tiny-adder"
+DEFAULT_OUT = str(BUNDLED_DIR)
+"""The command's default --out: the bundled model's folder, wherever the command is run from."""
 BAND = (0.20, 0.60)
 """Held-out sampled accuracy the bundled model must land in (the tests check it)."""
 
@@ -107,6 +115,19 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
     (lesson 08). The weights are initialised on the CPU either way; on CUDA the training
     is fast but not bit-reproducible.
     """
+    model, tokenizer, summary, history, timing = _warm_up(
+        out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size, check_every=check_every, max_steps=max_steps,
+        stop_at=stop_at, label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
+        device=device)
+    _save(model, tokenizer, out_dir, summary, history)
+    return _finish(summary, history, timing)
+
+
+def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
+             batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
+             stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
+             hidden_size: int = 64, device: str = "cpu") -> tuple:
+    """``build_tiny_model`` without the saving: (model, tokenizer, summary, history, timing)."""
     positive_int("seed", seed, minimum=0)
     positive_float("lr", lr)
     positive_int("batch_size", batch_size)
@@ -188,10 +209,14 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
                          label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
                          device=device),
     )
-    _save(model, tokenizer, out_dir, summary, history)
+    return model, tokenizer, summary, history, {"started": started, "train_seconds": train_seconds}
+
+
+def _finish(summary, history, timing) -> dict:
+    """The summary build_tiny_model returns: the measured numbers, the history and the timings."""
     summary["history"] = history
-    summary["train_seconds"] = round(train_seconds, 1)
-    summary["wall_seconds"] = round(time.perf_counter() - started, 1)
+    summary["train_seconds"] = round(timing["train_seconds"], 1)
+    summary["wall_seconds"] = round(time.perf_counter() - timing["started"], 1)
     return summary
 
 
@@ -226,6 +251,8 @@ def _command(out_dir, **options) -> str:
     defaults = _option_defaults()
     flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
                     if value != defaults[name])
+    if Path(out_dir).resolve() == BUNDLED_DIR:
+        out_dir = "assets/tiny-adder"   # as run from the repository root
     return f"python -m grpo_edu.make_model --out {out_dir}{flags}"
 
 
@@ -246,28 +273,56 @@ def _save(model, tokenizer, out_dir, summary, history) -> None:
         f.write("\n")
 
 
+def _save_into_place(model, tokenizer, out_dir, summary, history) -> None:
+    """``_save`` into a temporary sibling folder, then move each file into ``out_dir``.
+
+    File by file (``os.replace``), so other files already in ``out_dir`` are kept.
+    """
+    final = Path(out_dir)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _save(model, tokenizer, tmp, summary, history)
+        final.mkdir(parents=True, exist_ok=True)
+        for path in tmp.iterdir():
+            os.replace(path, final / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv=None) -> int:
-    """Command line: ``python -m grpo_edu.make_model --out DIR [--seed N] ...``."""
+    """Command line: ``python -m grpo_edu.make_model [--out DIR] [--seed N] ...``.
+
+    Writes ``--out`` only when the model's sampled accuracy lands in :data:`BAND`.
+    """
     defaults = _option_defaults()
     parser = argparse.ArgumentParser(
         prog="python -m grpo_edu.make_model",
-        description="Warm up the tiny Llama on a task and save it for GRPO.")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="output directory")
+        description="Warm up the tiny Llama on a task and save it for GRPO; nothing is written unless its "
+                    f"held-out sampled accuracy lands in {BAND}.")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help="output directory (default: the bundled model's folder, assets/tiny-adder)")
     for name, default in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
                             help=f"default: {default}")
     args = vars(parser.parse_args(argv))
     out_dir = args.pop("out")
-    summary = build_tiny_model(out_dir, **args)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        print(f"error: --out: {out_dir} is a file. Fix: pass a folder.", file=sys.stderr)
+        return 2
+    model, tokenizer, summary, history, timing = _warm_up(out_dir, **args)
+    if summary["in_band"]:
+        _save_into_place(model, tokenizer, out_dir, summary, history)
+    summary = _finish(summary, history, timing)
     for key in ("warmup_steps", "heldout_sampled_accuracy", "heldout_greedy_accuracy",
                 "fraction_prompts_0_lt_p_lt_1", "well_formed_rate", "wall_seconds"):
         print(f"{key}: {summary[key]}")
-    print(f"saved to {out_dir}")
     if not summary["in_band"]:
         print(f"error: held-out sampled accuracy {summary['heldout_sampled_accuracy']} is "
-              f"outside {BAND}; change --label-smoothing (more smoothing, lower accuracy)",
-              file=sys.stderr)
+              f"outside {BAND}, so nothing was written ({out_dir} is unchanged); change "
+              "--label-smoothing (more smoothing, lower accuracy)", file=sys.stderr)
         return 1
+    print(f"saved to {out_dir}")
     return 0
 
 

@@ -7,7 +7,8 @@ T completion tokens, V vocabulary size.
 
 NOTATION = [
     # (symbol, grpo_edu name, meaning, 中文, TRL name, verl name)
-    ("B", "batch_size", "prompts per step", "批大小", "per_device_train_batch_size × devices / num_generations",
+    ("B", "batch_size", "prompts per step", "批大小",
+     "per_device_train_batch_size × devices × gradient_accumulation_steps / num_generations",
      "data.train_batch_size"),
     ("G", "num_generations", "completions per prompt (group size)", "组大小", "num_generations",
      "actor_rollout_ref.rollout.n"),
@@ -24,7 +25,7 @@ NOTATION = [
     ("ε", "epsilon", "clip range (low side)", "裁剪范围", "epsilon", "clip_ratio_low"),
     ("ε_high", "epsilon_high", "clip range (high side)", "上裁剪范围", "epsilon_high", "clip_ratio_high"),
     ("β", "beta", "KL coefficient", "KL 系数", "beta", "kl_loss_coef"),
-    ("μ (iterations)", "num_iterations", "updates per generated batch", "内层迭代次数", "num_iterations", "ppo_epochs"),
+    ("—", "num_iterations", "updates per generated batch (DeepSeekMath writes μ; here μ is the group mean)", "内层迭代次数", "num_iterations", "ppo_epochs"),
     ("T", "max_completion_length", "longest completion", "最大生成长度", "max_completion_length", "response_length"),
 ]
 

@@ -72,6 +72,41 @@ def _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer
         _checks.fail("tokenizer", "has no eos_token_id", "set tokenizer.eos_token before sampling")
 
 
+def check_prompts(tokenizer, prompts, *, max_new_tokens, context=None, where="the prompts"):
+    """Refuse prompts the model cannot read, before any sampling: characters the tokenizer
+    maps to its unknown token, and prompts that with ``max_new_tokens`` overrun the model's
+    ``context`` (its ``max_position_embeddings``). Returns ``info`` (``"tokenized"``: whether the
+    full prompts had to be tokenized; cheap bounds settle the usual case).
+    """
+    prompts = list(prompts)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    # cheap first: a character unknown on its own is the only way a prompt can hold one
+    chars = sorted(set().union(*prompts))
+    suspect = unk is not None and unk in tokenizer(" ".join(chars), add_special_tokens=False)["input_ids"]
+    # a prompt has at most 2 tokens per UTF-8 byte (byte-level BPE: 1; SentencePiece: + "▁"), plus specials
+    bound = 2 * max(len(p.encode("utf-8")) for p in prompts) + 8 if prompts else 0
+    if not suspect and (not context or bound + max_new_tokens <= context):
+        return {"tokenized": False}
+    ids = tokenizer(prompts, add_special_tokens=True)["input_ids"]
+    unknown = [i for i, row in enumerate(ids) if unk is not None and unk in row]
+    if unknown:
+        i = unknown[0]
+        _checks.fail("prompts", f"{len(unknown)} of {len(ids)} of {where} hold characters the tokenizer cannot "
+                     f"encode (they become {tokenizer.unk_token}, so the model cannot see them); "
+                     f"first: row {i}, {prompts[i]!r}",
+                     "remove or rewrite those rows, or use a model whose tokenizer knows these characters")
+    lengths = [len(row) for row in ids]
+    too_long = [i for i, n in enumerate(lengths) if context and n + max_new_tokens > context]
+    if too_long:
+        i = max(too_long, key=lambda j: lengths[j])
+        _checks.fail("prompts", f"{len(too_long)} of {len(ids)} of {where} are too long for the model: with "
+                     f"max_completion_length={max_new_tokens} they need more than its {context} positions "
+                     f"(longest: row {i}, {lengths[i]} prompt tokens)",
+                     "shorten or drop those prompts, lower max_completion_length, or use a model with a longer "
+                     "context")
+    return {"tokenized": True}
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, temperature=1.0,
              generator=None):

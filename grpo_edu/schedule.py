@@ -156,3 +156,25 @@ class TrainingSchedule:
         if self.total_epochs is not None:
             limits["total_epochs"] = self.total_epochs * self.steps_per_epoch
         return limits
+
+
+LR_SCHEDULES = ("linear", "constant")
+"""Learning-rate schedules: "linear" decays to 0 over the run (TRL's default), "constant" keeps it."""
+
+
+def learning_rate_at(step: int, total_steps: int, learning_rate: float, schedule: str = "linear") -> float:
+    """The learning rate used by ``step`` (counted from 1) of a run of ``total_steps`` steps.
+
+    "linear": lr · (1 − (step − 1)/total_steps), so step 1 uses the full rate and the last step
+    lr/total_steps, as the linear schedule of TRL (transformers' Trainer) does when each step is
+    one optimizer update. "constant": lr at every step. A pure function of the step, so a resumed
+    run continues with exactly the rate it would have had.
+    """
+    _checks.choice("schedule", schedule, LR_SCHEDULES)
+    _checks.positive_int("total_steps", total_steps)
+    _checks.positive_int("step", step)
+    if step > total_steps:
+        _checks.fail("step", f"is {step}, past the run's {total_steps} steps", "pass 1 ≤ step ≤ total_steps")
+    if schedule == "constant":
+        return learning_rate
+    return learning_rate * (1 - (step - 1) / total_steps)

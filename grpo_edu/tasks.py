@@ -172,9 +172,10 @@ def load_prompts(source) -> list[dict]:
     """Rows ``{"prompt": str[, "answer": str]}`` from a file, a dataset or a list of dicts.
 
     ``source`` may be a path to ``.json`` (a list of objects), ``.jsonl`` (one object a
-    line) or ``.csv`` (a header row naming the columns); anything with ``column_names``
-    that iterates over dict rows (a Hugging Face ``datasets.Dataset``); or a list of
-    dicts. Every row needs a non-empty string ``"prompt"``; ``"answer"`` is optional and
+    line) or ``.csv`` (a header row naming the columns), UTF-8 with or without the
+    byte-order mark spreadsheets write; anything with ``column_names`` that iterates over
+    dict rows (a Hugging Face ``datasets.Dataset``); or a list of dicts. Every row needs a
+    non-empty string ``"prompt"``; ``"answer"`` is optional (in every row or in none) and
     kept as a string. Other columns are dropped. Everything is checked before a row is
     returned, so a bad row 900 fails at once instead of halfway through training.
     """
@@ -189,7 +190,13 @@ def load_prompts(source) -> list[dict]:
              "pass a path to a .json/.jsonl/.csv file, a datasets.Dataset or a list of dicts")
     if not raw:
         fail("source", f"{where} holds no rows", "give at least one row with a 'prompt'")
-    return [_clean_row(row, index, where) for index, row in enumerate(raw)]
+    rows = [_clean_row(row, index, where) for index, row in enumerate(raw)]
+    lacking = [i for i, row in enumerate(rows) if "answer" not in row]
+    if 0 < len(lacking) < len(rows):   # a reward function gets whole columns: a gap would fail mid-run
+        fail("source", f"row {lacking[0]} of {where} has no 'answer' while {len(rows) - len(lacking)} other rows "
+             f"have one ({len(lacking)} rows lack it)",
+             "give every row an 'answer', or none (then pass reward functions that do not need one)")
+    return rows
 
 
 class PromptFileNotFoundError(FileNotFoundError, ValueError):
@@ -206,7 +213,7 @@ def _read_prompt_file(path: str) -> list:
         raise PromptFileNotFoundError(
             f"source: no file at {path}. Fix: check the path (relative paths start from "
             f"{os.getcwd()}).")
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:   # -sig: skip a spreadsheet's byte-order mark
         if extension == ".csv":
             return list(csv.DictReader(f))
         if extension == ".jsonl":

@@ -6,33 +6,45 @@
         3. score them                                       (rewards.compute_rewards)
         4. Â = group-relative advantages                    (advantages.group_advantages)
         5. log π_ref of the completions, if β > 0           (rollout.completion_logprobs)
-        6. for μ = num_iterations inner updates:
+        6. this step's learning rate                        (schedule.learning_rate_at)
+           for each of num_iterations inner updates (DeepSeekMath's μ):
                for each micro-batch: loss = grpo_loss(…); backward   (gradient accumulation)
                clip the gradient; optimizer step
 
 The trainer computes no formula itself: each line above calls the module that owns it.
 
-Counting: one *step* here is one sampled batch, so with ``num_iterations`` μ > 1 a step
-makes μ optimizer updates. TRL counts optimizer updates as its steps instead.
-With μ = 1 the policy that sampled is the policy being updated, so π_θold is the detached
-current log-prob (ratio exactly 1, as in TRL); with μ > 1 the sampler's own log-probs serve
+Counting: one *step* here is one sampled batch, so with ``num_iterations`` > 1 a step
+makes that many optimizer updates. TRL counts optimizer updates as its steps instead.
+With num_iterations = 1 the policy that sampled is the policy being updated, so π_θold is the detached
+current log-prob (ratio exactly 1, as in TRL); with more than one the sampler's own log-probs serve
 as π_θold (TRL recomputes them with an extra forward pass; on CPU in float32 the two agree
 to ~1e-6).
+
+A step counts only once its update is done: a step stopped by an error (a reward function's)
+or by Jupyter's Stop button runs again, with the same samples, at the next ``step()`` or
+``train()``. ``output_dir`` belongs to one run at a time (see ``grpo_edu.run_folder``).
 """
 
+import contextlib
 import copy
+import dataclasses
 import time
+import warnings
+from pathlib import Path
 
 import torch
 
+from grpo_edu import _checks
 from grpo_edu import checkpoint as ckpt
+from grpo_edu import run_folder
 from grpo_edu.advantages import group_advantages, zero_std_groups
 from grpo_edu.config import GRPOConfig
 from grpo_edu.evaluation import evaluate
 from grpo_edu.losses import grpo_loss
 from grpo_edu.models import load_model_and_tokenizer, pick_device
 from grpo_edu.rewards import compute_rewards
-from grpo_edu.rollout import completion_logprobs, generate
+from grpo_edu.rollout import check_prompts, completion_logprobs, generate
+from grpo_edu.schedule import learning_rate_at
 from grpo_edu.tasks import get_task, load_prompts
 
 
@@ -41,31 +53,38 @@ class GRPOTrainer:
 
     Everything is optional but the config: by default the bundled model, the config's task
     (its train split as prompts, its checker as the reward) and its held-out split.
-    ``callbacks`` are called with each step's metrics dict (e.g. to draw live curves).
+    ``reward_weights`` weigh several reward functions (TRL's ``reward_weights``; default 1 each).
+    ``callbacks`` are called with each step's metrics dict (e.g. to draw live curves);
+    ``eval_callbacks`` with each held-out evaluation, ``{"step", "accuracy"}``, as soon as it is measured.
     """
 
     def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
-                 reward_funcs=None, callbacks=()):
+                 reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=()):
         self.config = config = config or GRPOConfig()
         self.task = get_task(config.task)
         source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
         self.train_rows = load_prompts(source)                         # checks every row has a prompt
-        self.eval_rows = eval_rows if eval_rows is not None else self.task.split("heldout", config.eval_size or None)
+        self.eval_rows = self._checked_eval_rows(eval_rows)
         self.schedule = config.schedule(len(self.train_rows))          # checks batch_size ≤ dataset size
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task.reward]
+        self.reward_weights = reward_weights
         self.callbacks = list(callbacks)
+        self.eval_callbacks = list(eval_callbacks)
         # preflight: call every reward function once on placeholder completions, so a function
         # that returns the wrong count or NaN fails now, before a model is even loaded
         compute_rewards(self.reward_funcs, self.batch_for(1), [""] * self.schedule.completions_per_step,
-                        config.num_generations)
+                        config.num_generations, weights=reward_weights)
+        if config.output_dir:
+            run_folder.check_output_dir(config.output_dir)             # a file there fails now, not at the end
 
         self.device = pick_device(config.device)
         if model is None:
             model, tokenizer = load_model_and_tokenizer(config.model, device=self.device,
                                                         trust_remote_code=config.trust_remote_code)
         elif tokenizer is None:
-            raise ValueError("tokenizer: a model was passed without its tokenizer. Fix: pass tokenizer=… too.")
+            _checks.fail("tokenizer", "a model was passed without its tokenizer", "pass tokenizer=… too")
         self.model, self.tokenizer = model.to(self.device), tokenizer
+        self._check_prompts_fit()                                      # unreadable or too long prompts fail now
         self.model.train()
         # π_ref: a frozen copy of the starting policy, only needed for the KL term
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
@@ -75,6 +94,30 @@ class GRPOTrainer:
         self.step_count = 0
         self.history = []      # one metrics dict per step
         self.evals = []        # {"step", "accuracy"} per evaluation
+        self.run_id = ckpt.new_run_id()    # marks this run's checkpoints: only those are ever rotated out
+        self._lock = None                  # the output_dir lock token while writing
+        self._saved = None                 # (step, number of evals) of the last checkpoint written or loaded
+        self._resumed_dir = None           # the run folder resumed from, if any
+        self._updates_done = 0             # optimizer updates made by the step in progress
+
+    def _check_prompts_fit(self):
+        """Refuse prompts with characters the tokenizer cannot encode, or longer than the model's context."""
+        c = self.config
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        checked = {"the train prompts": self.train_rows, "the held-out prompts": self.eval_rows if c.eval_size else []}
+        for where, rows in checked.items():
+            if rows:
+                check_prompts(self.tokenizer, [r["prompt"] for r in rows], max_new_tokens=c.max_completion_length,
+                              context=context, where=where)
+
+    def _checked_eval_rows(self, eval_rows):
+        if eval_rows is None:
+            return self.task.split("heldout", self.config.eval_size or None)
+        rows = load_prompts(eval_rows)
+        if self.config.eval_size and any("answer" not in r for r in rows):
+            _checks.fail("eval_rows", "some rows have no 'answer', so they cannot be scored",
+                         "give every held-out row an 'answer', or set eval_size=0")
+        return rows
 
     # --- data ----------------------------------------------------------------------------
     def batch_for(self, step):
@@ -90,14 +133,17 @@ class GRPOTrainer:
         """Run one GRPO step (the algorithm box in the module docstring); return its metrics."""
         c = self.config
         t0 = time.perf_counter()
-        self.step_count += 1
-        rows = self.batch_for(self.step_count)                                        # 1. B prompts
-        rollout = self._sample([row["prompt"] for row in rows])                       # 2. G completions each
-        rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions,
-                                               c.num_generations)                     # 3. R, (B, G)
-        advantages = group_advantages(rewards, scale=c.scale).reshape(-1)             # 4. Â, (N,)
-        ref_logprobs = self._ref_logprobs(rollout)                                    # 5. log π_ref, (N, T)
-        update = self._update(rollout, advantages.to(self.device), ref_logprobs)      # 6. μ updates
+        step = self.step_count + 1
+        with self._rerun_if_interrupted():                                               # a failed step is not counted
+            rows = self.batch_for(step)                                                  # 1. B prompts
+            rollout = self._sample([row["prompt"] for row in rows])                      # 2. G completions each
+            rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions,
+                                                   c.num_generations, weights=self.reward_weights)  # 3. R, (B, G)
+            advantages = group_advantages(rewards, scale=c.scale).reshape(-1)            # 4. Â, (N,)
+            ref_logprobs = self._ref_logprobs(rollout)                                   # 5. log π_ref, (N, T)
+            self._set_learning_rate(step)                                                # 6. lr of this step,
+            update = self._update(rollout, advantages.to(self.device), ref_logprobs)     #    then the updates
+        self.step_count = step
 
         metrics = self._metrics(rows, rollout, rewards, update)
         metrics.update(reward_info, seconds=time.perf_counter() - t0)
@@ -105,6 +151,30 @@ class GRPOTrainer:
         for callback in self.callbacks:
             callback(metrics)
         return metrics
+
+    def _set_learning_rate(self, step):
+        """The optimizer's rate for ``step``: ``schedule.learning_rate_at`` (linear decay to 0 by default)."""
+        lr = learning_rate_at(step, self.schedule.total_steps, self.config.learning_rate,
+                              self.config.lr_scheduler_type)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    @contextlib.contextmanager
+    def _rerun_if_interrupted(self):
+        """On an error or a Stop (KeyboardInterrupt), rewind the sampler so that the next
+        ``step()`` runs the same step again with the same draws."""
+        sampler_state = self.generator.get_state()
+        self._updates_done = 0
+        try:
+            yield
+        except BaseException:
+            self.generator.set_state(sampler_state)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self._updates_done:
+                warnings.warn(f"step {self.step_count + 1} was interrupted after {self._updates_done} of its "
+                              f"{self.config.num_iterations} optimizer updates; those stay applied, and the "
+                              "next step() samples this step again from the updated policy", stacklevel=3)
+            raise
 
     def _sample(self, prompts):
         """G completions per prompt from the current policy π_θold (no gradient)."""
@@ -127,11 +197,13 @@ class GRPOTrainer:
         return logprobs
 
     def _update(self, rollout, advantages, ref_logprobs):
-        """μ optimizer updates on one rollout, each accumulating gradients over micro-batches.
+        """``num_iterations`` optimizer updates on one rollout, each accumulating gradients over micro-batches.
 
         Each micro-batch's loss is weighted so that the accumulated gradient equals that of
         the whole step in one pass: by its share of sequences, or (for "dapo") through one
-        token count for the whole step. Returns token-weighted means of the loss's info.
+        token count for the whole step. That is exact for "grpo", "dapo" and "dr_grpo"; "bnpo"
+        normalises each micro-batch by its own token count (as TRL does), so its gradient
+        depends on how the step is split. Returns token-weighted means of the loss's info.
         """
         c = self.config
         input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
@@ -148,7 +220,7 @@ class GRPOTrainer:
                 with self._autocast():
                     logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
                                                             temperature=c.temperature, with_entropy=True)
-                # π_θold: with μ = 1 the sampler *is* the current policy (ratio exactly 1)
+                # π_θold: with one iteration the sampler *is* the current policy (ratio exactly 1)
                 old = rollout.logprobs[rows] if c.num_iterations > 1 else logprobs.detach()
                 loss, info = grpo_loss(
                     logprobs, old, advantages[rows], mask,
@@ -168,6 +240,7 @@ class GRPOTrainer:
                 stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm,
                                                                             foreach=True))
             self.optimizer.step()
+            self._updates_done += 1
         return stats
 
     def _metrics(self, rows, rollout, rewards, update):
@@ -201,59 +274,113 @@ class GRPOTrainer:
 
     def _record_eval(self):
         if self.config.eval_size and self.eval_rows:
-            acc = self.evaluate()["accuracy"]
-            self.evals.append({"step": self.step_count, "accuracy": acc})
-            return acc
+            record = {"step": self.step_count, "accuracy": self.evaluate()["accuracy"]}
+            self.evals.append(record)
+            for callback in self.eval_callbacks:
+                callback(record)
+            return record["accuracy"]
         return None
 
-    def train(self, *, resume_from=None, progress=True):
+    def train(self, *, resume_from=None, overwrite=False, progress=True):
         """Run until the schedule ends; returns the list of per-step metrics.
 
         ``resume_from``: an output_dir or checkpoint folder; the run continues exactly where
-        it stopped (on CPU, the metrics equal an uninterrupted run's).
+        it stopped (on CPU, the metrics equal an uninterrupted run's), and saves into that
+        run's folder unless ``output_dir`` says otherwise. ``overwrite``: let this run
+        replace another run's checkpoints in ``output_dir`` (only that run's
+        ``checkpoint-*`` folders and ``latest.json`` are removed). Without either, a folder
+        that holds another run is refused. Calling ``train()`` again after an interruption
+        continues this run.
         """
         from tqdm.auto import tqdm
 
-        c = self.config
+        if resume_from is not None and overwrite:
+            _checks.fail("overwrite", "cannot be combined with resume_from",
+                         "resume a run (it keeps its checkpoints), or overwrite it to start afresh, not both")
         if resume_from is not None:
             self.load_checkpoint(resume_from)
-        elif not self.evals:
-            self._record_eval()
-        bar = tqdm(total=self.schedule.total_steps, initial=self.step_count, disable=not progress,
-                   desc="GRPO", unit="step", dynamic_ncols=True)
-        while self.step_count < self.schedule.total_steps:
-            m = self.step()
-            bar.update(1)
-            bar.set_postfix(reward=f"{m['reward_mean']:.2f}", refresh=False)
-            if c.eval_every and self.step_count % c.eval_every == 0:
+        c = self.config                                  # resuming may have set output_dir
+        with self._writing(overwrite=overwrite):
+            if resume_from is None and not self.evals:
                 self._record_eval()
-            if c.checkpoint_every and self.step_count % c.checkpoint_every == 0:
-                self.save_checkpoint()
-        bar.close()
-        if not self.evals or self.evals[-1]["step"] != self.step_count:
-            self._record_eval()
-        if c.output_dir and (not c.checkpoint_every or self.step_count % c.checkpoint_every):
-            self.save_checkpoint()
+            bar = tqdm(total=self.schedule.total_steps, initial=self.step_count, disable=not progress,
+                       desc="GRPO", unit="step", dynamic_ncols=True)
+            try:
+                while self.step_count < self.schedule.total_steps:
+                    m = self.step()
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{m['reward_mean']:.2f}", refresh=False)
+                    if c.eval_every and self.step_count % c.eval_every == 0:
+                        self._record_eval()
+                    last = self.step_count == self.schedule.total_steps   # the last one is saved below
+                    if c.checkpoint_every and self.step_count % c.checkpoint_every == 0 and not last:
+                        self.save_checkpoint()
+            finally:
+                bar.close()
+            if not self.evals or self.evals[-1]["step"] != self.step_count:
+                self._record_eval()
+            if c.output_dir and self._saved != (self.step_count, len(self.evals)):
+                self.save_checkpoint()               # the final checkpoint includes the final evaluation
         return self.history
 
     # --- checkpoints ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self, overwrite=False):
+        """Hold output_dir's lock, and make sure the folder is this run's, while writing into it."""
+        folder = self.config.output_dir
+        if not folder or self._lock is not None:
+            yield
+            return
+        run_folder.check_output_dir(folder)
+        token, info = run_folder.acquire_lock(folder)
+        if info["took_over"]:
+            warnings.warn(f"output_dir: {info['took_over']}", stacklevel=4)
+        self._lock = token
+        try:
+            resuming = self._resumed_dir is not None and Path(folder).resolve() == self._resumed_dir.resolve()
+            claimed = run_folder.claim_output_dir(folder, self.run_id, overwrite=overwrite, resuming=resuming)
+            if claimed["removed"]:
+                warnings.warn(f"output_dir: overwrite removed the earlier run's "
+                              f"{', '.join(p.name for p in claimed['removed'])} from {folder}", stacklevel=4)
+            yield
+        finally:
+            self._lock = None
+            run_folder.release_lock(folder, token)
+
     def save_checkpoint(self):
+        """Write a checkpoint of the run so far into output_dir (taking its lock); returns its path."""
+        if not self.config.output_dir:
+            _checks.fail("output_dir", "is not set, so there is nowhere to save",
+                         "make the trainer with GRPOConfig(output_dir=…)")
         rng = {"sampling": self.generator.get_state(), "torch_cpu": torch.get_rng_state()}
-        return ckpt.save_checkpoint(self.config.output_dir, self.step_count, model=self.model,
-                                    tokenizer=self.tokenizer, optimizer=self.optimizer, rng=rng,
-                                    config=self.config, metrics={"history": self.history, "evals": self.evals})
+        with self._writing():
+            path, _ = ckpt.save_checkpoint(self.config.output_dir, self.step_count, model=self.model,
+                                           tokenizer=self.tokenizer, optimizer=self.optimizer, rng=rng,
+                                           config=self.config, run_id=self.run_id,
+                                           metrics={"history": self.history, "evals": self.evals})
+        self._saved = (self.step_count, len(self.evals))
+        return path
 
     def load_checkpoint(self, path):
-        """Restore weights, optimizer, RNG states and logs; refuse an incompatible config."""
+        """Restore weights, optimizer, RNG states and logs; refuse an incompatible config.
+
+        Without an output_dir in the config, the run saves into the folder it resumed.
+        """
         from safetensors.torch import load_file
 
-        folder, state, optim, rng = ckpt.load_trainer_state(path)
+        folder, run_dir, state, optim, rng = ckpt.load_trainer_state(path)
         saved = GRPOConfig.from_dict(state["config"])
         clashes = self.config.incompatible_with(saved)
         if clashes:
             listed = "; ".join(f"{k}: checkpoint {b!r}, now {a!r}" for k, a, b in clashes)
             raise ValueError(f"resume_from: {folder} was made with an incompatible config ({listed}). "
                              f"Fix: resume with the checkpoint's values, or start a new run in another output_dir.")
+        old_total = saved.schedule(len(self.train_rows)).total_steps
+        if self.config.lr_scheduler_type == "linear" and old_total != self.schedule.total_steps:
+            warnings.warn(f"resume_from: the run was planned for {old_total} steps and now has "
+                          f"{self.schedule.total_steps}; the linear learning-rate schedule follows the new "
+                          "length from here on, so the run will differ from one planned that way from the start",
+                          stacklevel=2)
         weights = load_file(folder / "model.safetensors", device=str(self.device))
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if unexpected or [k for k in missing if "lm_head" not in k]:   # tied lm_head is not stored
@@ -266,6 +393,14 @@ class GRPOTrainer:
         self.step_count = state["step"]
         self.history = state["metrics"]["history"]
         self.evals = state["metrics"]["evals"]
+        self.run_id = state.get("run_id") or self.run_id
+        self._resumed_dir = run_dir
+        self._saved = (self.step_count, len(self.evals))
+        if not self.config.output_dir:
+            self.config = dataclasses.replace(self.config, output_dir=str(run_dir))
+            warnings.warn(f"output_dir: not set, so this resumed run saves into {run_dir}, the folder it "
+                          "resumed from", stacklevel=3)
+        return folder
 
     def _autocast(self):
         if self.device.type == "cuda":

@@ -141,7 +141,7 @@ def schedule_timeline(schedule, ax=None):
 
     ax.set_xlim(0, horizon * 1.03 + 1)
     ax.set_ylim(0, max(epochs.max(), horizon / spe) + 0.8)
-    ax.set_xlabel("step (one optimizer update)")
+    ax.set_xlabel("step (one sampled batch)")
     ax.set_ylabel("epoch")
     ax.set_title(f"{schedule.steps_per_epoch} steps per epoch; the run takes {schedule.total_steps} steps "
                  f"= {schedule.epochs_completed:g} epochs", fontsize=10)
@@ -182,6 +182,35 @@ def advantage_bars(rewards, *, scale="group", eps=1e-4, ax=None):
     return fig
 
 
+def advantage_spread(p=(0.5, 0.2), num_generations=(2, 4, 8, 16, 32, 64), ax=None):
+    """How much a right answer's Â varies from group to group, against G (lesson 02).
+
+    For each success rate in ``p``: the mean of Â (line) and mean ± one standard deviation
+    (band), from the exact distribution ``policy_gradient.advantage_distribution``; the dashed
+    line is √((1 − p)/p), the value an infinitely large group would give.
+    """
+    from grpo_edu.policy_gradient import advantage_distribution
+
+    fig, ax = _axes(ax, (6.5, 3.2))
+    ps = (p,) if np.isscalar(p) else tuple(p)
+    Gs = np.asarray(num_generations)
+    for q, color in zip(ps, (BLUE, ORANGE, GREEN, RED)):
+        stats = [advantage_distribution(q, int(g))[1] for g in Gs]
+        mean = np.array([s["mean"] for s in stats])
+        std = np.array([s["std"] for s in stats])
+        ax.fill_between(Gs, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+        ax.plot(Gs, mean, "o-", color=color, lw=2, label=f"p = {q:g}: mean of Â, ± 1 std")
+        ax.axhline(stats[0]["limit"], color=color, ls="--", lw=1.2, label=f"p = {q:g}: G → ∞ limit √((1−p)/p)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(Gs, [str(g) for g in Gs])
+    ax.set_xlabel("G (answers per group)")
+    ax.set_ylabel("Â of a right answer")
+    ax.set_title("A small group's μ and σ are noisy, and so is every Â computed from them", fontsize=10)
+    ax.set_ylim(bottom=-0.9)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    return fig
+
+
 # --- lesson 03: dead groups -------------------------------------------------------------
 
 def dead_group_curves(num_generations=(2, 4, 8, 16), *, p=None, G=None, ax=None):
@@ -208,7 +237,7 @@ def dead_group_curves(num_generations=(2, 4, 8, 16), *, p=None, G=None, ax=None)
     return fig
 
 
-# --- lesson 04: clipped objective, KL ---------------------------------------------------
+# --- lessons 04 and 04b: clipped objective, KL ------------------------------------------
 
 def clip_curve(ratios, advantage, *, epsilon=0.2, epsilon_high=None, beta=0.0):
     """Per-token objective −L and whether the clip binds, for each ratio r (one token each).
@@ -263,7 +292,7 @@ def clip_objective(*, epsilon=0.2, epsilon_high=None, beta=0.0, ax=None):
 
 
 def kl_estimator_hist(logprobs, ref_logprobs, *, exact=None, ax=None, bins=60):
-    """Histograms of the per-sample k1, k2, k3 values (lesson 04), with the exact KL marked.
+    """Histograms of the per-sample k1, k2, k3 values (lesson 04b), with the exact KL marked.
 
     ``logprobs``/``ref_logprobs``: log π_θ and log π_ref of tokens sampled from π_θ, any
     shape (flattened here).
@@ -291,10 +320,10 @@ def kl_estimator_hist(logprobs, ref_logprobs, *, exact=None, ax=None, bins=60):
 
 
 def token_weights(weights, ax=None):
-    """Grouped bars: the gradient weight of one token of each answer, per ``loss_type`` (lesson 04).
+    """Grouped bars: the gradient weight of one token of each answer, per ``loss_type`` (lesson 04b).
 
     ``weights``: {loss_type: {answer label: weight per token}}, e.g. measured as
-    −∂loss/∂logprob with Â = 1 (see lesson 04).
+    −∂loss/∂logprob with Â = 1 (see lesson 04b).
     """
     fig, ax = _axes(ax, (6.5, 3.0))
     types = list(weights)
@@ -312,7 +341,7 @@ def token_weights(weights, ax=None):
 
 
 def one_token_bandit(beta, *, steps=150, G=8, lr=0.2, seed=0):
-    """A toy GRPO run on a one-token "question" with 4 possible answers (lesson 04, β).
+    """A toy GRPO run on a one-token "question" with 4 possible answers (lesson 04b, β).
 
     Answer 0 is correct (reward 1, the others 0); the starting model π_ref gives it 20 %
     and 80 % to the three wrong answers.
@@ -351,7 +380,7 @@ def one_token_bandit(beta, *, steps=150, G=8, lr=0.2, seed=0):
 
 
 def kl_leash(beta, *, compare=(0.0,), steps=150, seed=0):
-    """Two panels from ``one_token_bandit``: P(correct) and KL to π_ref over the steps (lesson 04).
+    """Two panels from ``one_token_bandit``: P(correct) and KL to π_ref over the steps (lesson 04b).
 
     One line per β in ``compare`` plus the chosen ``beta``, all with the same seed.
     """

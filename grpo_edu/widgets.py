@@ -161,7 +161,7 @@ def dead_group_panel(p=0.5, num_generations=8, batch_size=4):
 
 # --- lesson 04 ----------------------------------------------------------------------------
 
-CLIP_TABLE_RATIOS = (0.5, 0.8, 1.0, 1.2, 1.28, 1.5)
+CLIP_TABLE_RATIOS = (0.6, 0.8, 1.0, 1.2, 1.28, 1.4)
 """The ratios r listed in ``clip_panel``'s table."""
 
 
@@ -181,6 +181,8 @@ def clip_panel(epsilon=0.2, epsilon_high=0.2):
 
     return Panel("ClipPanel", controls, compute)
 
+
+# --- lesson 04b ---------------------------------------------------------------------------
 
 def kl_panel(beta=0.04, steps=150):
     """A β slider on the one-token toy run (``viz.one_token_bandit``), compared with β = 0."""

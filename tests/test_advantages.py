@@ -104,15 +104,34 @@ def test_group_scale_is_shift_and_scale_invariant(r, shift, scale):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-@given(arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(2, 8)), elements=finite))
-def test_rank_advantages_properties(r):
+def _average_ranks(row):
+    """Ranks 0..G-1 by sorting; tied values share the mean of the positions they occupy."""
+    order = sorted(range(len(row)), key=lambda i: row[i])
+    ranks = [0.0] * len(row)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and row[order[end + 1]] == row[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            ranks[order[k]] = (start + end) / 2
+        start = end + 1
+    return ranks
+
+
+@given(arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(2, 8)),
+              elements=st.sampled_from([-2.0, 0.0, 0.5, 1.0, 3.0])))   # few values: many ties
+def test_rank_advantages_match_sorted_ranks(r):
+    """Against ranks found by sorting (not by counting, as the library does): centred
+    (rank / (G − 1)), the same order as the rewards, ties equal."""
     a = rank_advantages(r)
-    np.testing.assert_allclose(a.sum(axis=1), 0, atol=1e-9)
-    assert (np.abs(a) <= 1).all()
-    # the order of advantages follows the order of rewards
+    G = r.shape[1]
     for row_r, row_a in zip(r, a):
-        i, j = np.argmax(row_r), np.argmin(row_r)
-        assert row_a[i] >= row_a[j]
+        u = np.array(_average_ranks(list(row_r))) / (G - 1)
+        np.testing.assert_allclose(row_a, u - u.mean(), atol=1e-12)
+        for i in range(G):
+            for j in range(G):
+                assert np.sign(row_a[i] - row_a[j]) == np.sign(row_r[i] - row_r[j])
 
 
 @pytest.mark.parametrize("rewards, match", [

@@ -1,8 +1,22 @@
-"""The grpo-edu command: train, eval, bench and their errors."""
+"""The grpo-edu command: train, eval, bench, their help and their errors."""
 
+import dataclasses
 import json
+import re
 
+import pytest
+
+from grpo_edu import cli
 from grpo_edu.cli import main
+from grpo_edu.config import CHOICES, GRPOConfig
+
+TINY = ["--total-training-steps", "2", "--batch-size", "4", "--eval-size", "5", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)      # runs/<timestamp>/ lands here, not in the repository
+    return tmp_path
 
 
 def test_train_writes_metrics_and_checkpoint(tmp_path, capsys):
@@ -15,24 +29,128 @@ def test_train_writes_metrics_and_checkpoint(tmp_path, capsys):
     assert [m["step"] for m in lines] == [1, 2, 3]
     assert {"reward_mean", "kl", "clip_fraction", "entropy", "dead_group_fraction", "seconds"} <= set(lines[0])
     text = capsys.readouterr().out
-    assert "held-out accuracy" in text and "step 0:" in text and "step 3:" in text
+    assert "held-out accuracy before training: " in text and "step 0:" in text and "step 3:" in text
+    assert f"grpo-edu eval --model {out}" in text
     assert (out / "checkpoint-000003" / "model.safetensors").exists()
     # the checkpoint is a model directory that eval can score
     assert main(["eval", "--model", str(out / "checkpoint-000003"), "--n", "10", "--show", "2"]) == 0
     assert "accuracy" in capsys.readouterr().out
+    # the same command again would mix two runs in one folder: refused, unless told to overwrite
+    assert main(["train", *TINY, "--output-dir", str(out)]) == 2
+    assert "already holds another run" in capsys.readouterr().err
+    assert (out / "checkpoint-000003").exists()
+    assert main(["train", *TINY, "--output-dir", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-000002", "latest.json"]
 
 
-def test_bad_flags_give_a_named_error_and_exit_2(capsys):
+def test_train_saves_into_runs_by_default_and_eval_scores_the_run(tmp_path, capsys):
+    assert main(["train", *TINY, "--metrics-out", "m.jsonl"]) == 0
+    text = capsys.readouterr().out
+    run = re.search(r"model saved in (runs/\d{8}-\d{6}) \(checkpoint-000002\); score it with: "
+                    r"grpo-edu eval --model (runs/\d{8}-\d{6})", text)
+    assert run and run.group(1) == run.group(2), text
+    run = run.group(1)
+    assert (tmp_path / run / "checkpoint-000002" / "model.safetensors").exists()
+    assert main(["eval", "--model", run, "--n", "5"]) == 0       # used to say "not a model directory"
+    assert f"scoring its latest checkpoint, {run}/checkpoint-000002" in capsys.readouterr().out
+    # resuming without --output-dir continues in the resumed folder, and --metrics-out keeps the early steps
+    assert main(["train", *TINY[2:], "--total-training-steps", "3", "--resume", run, "--metrics-out", "m.jsonl"]) == 0
+    captured = capsys.readouterr()
+    assert f"saves into {run}" in captured.err
+    assert (tmp_path / run / "checkpoint-000003").exists()
+    assert [json.loads(line)["step"] for line in open("m.jsonl")] == [1, 2, 3]
+
+
+def test_a_failed_resume_leaves_the_metrics_file_alone(tmp_path, capsys):
+    (tmp_path / "m.jsonl").write_text('{"step": 1}\n')
+    assert main(["train", *TINY, "--resume", "nowhere", "--metrics-out", "m.jsonl"]) == 2
+    assert "resume_from: no folder at nowhere" in capsys.readouterr().err
+    assert (tmp_path / "m.jsonl").read_text() == '{"step": 1}\n'
+
+
+def test_accuracy_before_training_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
+    from grpo_edu.trainer import GRPOTrainer
+
+    def no_steps(self):
+        raise ValueError("stopped before the first step")
+
+    monkeypatch.setattr(GRPOTrainer, "step", no_steps)
+    assert main(["train", *TINY]) == 2
+    captured = capsys.readouterr()
+    assert re.search(r"held-out accuracy before training: \d+\.\d% \(sampling at temperature 1, 5 prompts\)",
+                     captured.out)
+    assert "stopped before the first step" in captured.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--learning-rate", "-1e-4"], "learning_rate: must be a finite number > 0, got -0.0001"),
+    (["--epsilon", "-.5"], "epsilon: must be a finite number > 0, got -0.5"),
+    (["--seed", "-1"], "seed: must be an integer ≥ 0, got -1"),
+    (["--beta", "-inf"], "beta: must be a finite number ≥ 0, got -inf"),
+])
+def test_negative_numbers_reach_the_configs_own_error(capsys, argv, message):
+    """argparse used to read -1e-4 as a flag: "expected one argument"."""
+    assert main(["train", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_flags_give_a_named_error_and_exit_2(tmp_path, capsys):
     assert main(["train", "--batch-size", "3", "--micro-batch-size", "5"]) == 2
     err = capsys.readouterr().err
     assert "micro_batch_size" in err and "Fix:" in err
     assert main(["train", "--model", "./missing/model/dir", "--no-progress"]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    assert "no such folder './missing/model/dir'" in capsys.readouterr().err
     assert main(["eval", "--task", "poetry"]) == 2
     assert "unknown task" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["train", "--output-dir", "afile"]) == 2
+    assert "output_dir: afile is a file, not a folder" in capsys.readouterr().err
+    assert main(["train", "--resume", "x", "--overwrite"]) == 2
+    assert "--overwrite: cannot be combined with --resume" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()                       # nothing was created
+
+
+def _squash(text):
+    return re.sub(r"\s+", "", text)
+
+
+def test_train_help_gives_each_fields_meaning_and_choices(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = _squash(capsys.readouterr().out)
+    docs = cli.field_docs()
+    assert set(docs) == {f.name for f in dataclasses.fields(GRPOConfig)}
+    for name, doc in docs.items():
+        sentence = cli.first_sentence(doc)
+        assert sentence.endswith((".", ")")) and len(sentence) > 10, name
+        assert _squash(sentence) in text, name
+    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3")}.items():
+        assert _squash(f"Choices: {', '.join(choices)}.") in text, name
+    assert cli.first_sentence('Advantage scaling: "none" (Dr. GRPO). More.') == 'Advantage scaling: "none" (Dr. GRPO).'
+    assert cli.first_sentence("Sets it, e.g. to 3. Then more.") == "Sets it, e.g. to 3."
+
+
+def test_eval_help_documents_every_flag(capsys):
+    parser = cli.build_parser()
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = capsys.readouterr().out
+    ev = next(a for a in parser._actions if a.dest == "command").choices["eval"]
+    for action in ev._actions:
+        if action.dest != "help":
+            assert action.help and len(action.help) > 15, action.dest
+            assert action.option_strings[0] in text
+    assert "run's output folder" in text and "addition, subtraction, addition3" in text
+
+
+def test_join_negative_values():
+    flags = {"--learning-rate", "--seed"}
+    assert cli.join_negative_values(["--learning-rate", "-1e-4", "--seed", "-2", "--no-progress"], flags) == [
+        "--learning-rate=-1e-4", "--seed=-2", "--no-progress"]
+    assert cli.join_negative_values(["--no-progress", "-1"], flags) == ["--no-progress", "-1"]
 
 
 def test_bench_prints_its_numbers(capsys):
-    assert main(["bench", "--steps", "1", "--warmup", "0", "--no-trl"]) == 0
+    assert main(["bench", "--steps", "1", "--warmup", "0", "--rounds", "1", "--no-trl"]) == 0
     out = capsys.readouterr().out
     assert "grpo_edu" in out and "floor" in out and "s/step" in out and "start → first step" in out

@@ -57,13 +57,39 @@ def test_epsilon_high_is_asymmetric():
     assert loss_hi.item() == pytest.approx(-1.25) and info_hi["clip_fraction"] == 0
 
 
-def test_kl_term_adds_beta_times_k3():
+def _aggregate_by_hand(per_token, mask, loss_type, max_completion_length=None):
+    """Each loss_type's normaliser, written out over Python lists of sequences and tokens."""
+    N, T = mask.shape
+    rows = [[float(per_token[i, t]) for t in range(T) if mask[i, t]] for i in range(N)]
+    if loss_type == "grpo":                                   # mean over |o_i|, then over sequences
+        return sum(sum(r) / len(r) for r in rows if r) / N
+    if loss_type in ("bnpo", "dapo"):                         # one mean over every active token
+        return sum(map(sum, rows)) / max(sum(map(len, rows)), 1)
+    return sum(map(sum, rows)) / (N * (max_completion_length or T))   # dr_grpo: a constant
+
+
+def _weights_by_hand(mask, loss_type):
+    """d(loss)/d(per-token loss): the weight each token gets in the aggregate."""
+    N, T = mask.shape
+    if loss_type == "grpo":
+        return mask / (mask.sum(1, keepdim=True).clamp(min=1) * N)
+    if loss_type in ("bnpo", "dapo"):
+        return mask / mask.sum().clamp(min=1)
+    return mask / (N * T)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_kl_term_adds_beta_times_k3(loss_type):
     lp, old, adv, mask, ref = _inputs()
-    base, _ = grpo_loss(lp, old, adv, mask, ref_logprobs=ref, beta=0.0)
-    with_kl, info = grpo_loss(lp, old, adv, mask, ref_logprobs=ref, beta=0.3)
-    assert info["kl_mean"] > 0
-    assert with_kl.item() == pytest.approx(base.item() + info["kl_loss"], abs=1e-6)
-    assert info["policy_loss"] == pytest.approx(base.item(), abs=1e-6)
+    base, _ = grpo_loss(lp, old, adv, mask, loss_type=loss_type)
+    with_kl, info = grpo_loss(lp, old, adv, mask, ref_logprobs=ref, beta=0.3, loss_type=loss_type)
+    d = (ref - lp.detach()).double()
+    k3 = d.exp() - d - 1                                       # k3 = π_ref/π − log(π_ref/π) − 1, per token
+    assert info["kl_mean"] == pytest.approx(float(k3[mask.bool()].mean()), rel=1e-5)
+    expected = 0.3 * _aggregate_by_hand(k3, mask, loss_type)
+    assert expected > 1e-4
+    assert with_kl.item() - base.item() == pytest.approx(expected, abs=1e-6)   # float32 difference of two sums
+    assert info["kl_loss"] == pytest.approx(expected, rel=1e-5)
 
 
 def test_aggregations_by_hand():
@@ -93,16 +119,18 @@ def test_masked_tokens_get_no_gradient():
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 8), st.integers(0, 10_000), st.sampled_from(sorted(AGGREGATIONS)))
-def test_on_policy_clipped_equals_unclipped(N, T, seed, loss_type):
-    # at r = 1 the clip never binds: the loss equals the plain policy-gradient surrogate
+def test_on_policy_loss_and_gradient_by_hand(N, T, seed, loss_type):
+    """At r = 1 (π_θold = π_θ) the clip never binds: the loss is −Â per token, averaged by
+    the loss_type's own formula, and d loss / d log π = −Â times that token's weight."""
     g = torch.Generator().manual_seed(seed)
-    lp = torch.randn(N, T, generator=g)
-    adv = torch.randn(N, generator=g)
-    mask = (torch.rand(N, T, generator=g) > 0.3).float()
-    clipped, info = grpo_loss(lp, lp, adv, mask, loss_type=loss_type, epsilon=0.2)
-    unclipped, _ = grpo_loss(lp, lp, adv, mask, loss_type=loss_type, epsilon=1e6)
-    assert info["clip_fraction"] == 0
-    torch.testing.assert_close(clipped, unclipped)
+    lp = torch.randn(N, T, generator=g, dtype=torch.float64).requires_grad_()
+    adv = torch.randn(N, generator=g, dtype=torch.float64)
+    mask = (torch.rand(N, T, generator=g) > 0.3).double()
+    loss, info = grpo_loss(lp, lp.detach(), adv, mask, loss_type=loss_type, epsilon=0.2)
+    assert info["clip_fraction"] == 0 and info["ratio_mean"] == pytest.approx(1.0 if mask.any() else 0.0)
+    assert loss.item() == pytest.approx(_aggregate_by_hand(-adv[:, None].expand(N, T), mask, loss_type), abs=1e-12)
+    loss.backward()
+    torch.testing.assert_close(lp.grad, -adv[:, None] * _weights_by_hand(mask, loss_type))
 
 
 @settings(max_examples=40, deadline=None)

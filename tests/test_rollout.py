@@ -56,11 +56,18 @@ def test_seeded_sampling_is_reproducible(random_model, char_tokenizer):
 
 
 def test_temperature_changes_logprobs(random_model, char_tokenizer):
+    """At τ = 0.5 the sampler and completion_logprobs both give log softmax(logits / τ),
+    recomputed here from one plain forward pass, and they differ from the τ = 1 values."""
     r = _sample(random_model, char_tokenizer, ["12+34="], temperature=0.5)
-    lp, _ = completion_logprobs(random_model, r.input_ids, r.attention_mask, r.completion_ids.shape[1],
-                                temperature=0.5)
-    m = r.completion_mask.bool()
-    torch.testing.assert_close(lp[m], r.logprobs[m], atol=1e-5, rtol=1e-5)
+    T, m = r.completion_ids.shape[1], r.completion_mask.bool()
+    with torch.no_grad():
+        logits = random_model(input_ids=r.input_ids).logits[:, -T - 1:-1]            # (N, T, V)
+    by_hand = torch.log_softmax(logits / 0.5, -1).gather(-1, r.completion_ids[..., None]).squeeze(-1)
+    torch.testing.assert_close(r.logprobs[m], by_hand[m], atol=1e-5, rtol=1e-5)
+    lp_half, _ = completion_logprobs(random_model, r.input_ids, r.attention_mask, T, temperature=0.5)
+    torch.testing.assert_close(lp_half[m], by_hand[m], atol=1e-5, rtol=1e-5)
+    lp_one, _ = completion_logprobs(random_model, r.input_ids, r.attention_mask, T, temperature=1.0)
+    assert (lp_one[m] - lp_half[m]).abs().max() > 0.05
 
 
 @pytest.mark.parametrize("kwargs, match", [

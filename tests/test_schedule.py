@@ -88,3 +88,44 @@ def test_schedule_invariants(n, b, g, epochs, steps):
     assert s.epoch_of(s.total_steps) == -(-s.total_steps // s.steps_per_epoch)  # ceil
     assert s.epochs_completed == pytest.approx(s.total_steps / s.steps_per_epoch)
     assert s.summary()["total_steps"] == s.total_steps
+
+
+def test_learning_rate_schedules():
+    from grpo_edu.schedule import learning_rate_at
+
+    assert learning_rate_at(1, 100, 3e-4) == 3e-4                              # full rate at step 1
+    assert learning_rate_at(51, 100, 3e-4) == pytest.approx(1.5e-4)            # half way: half
+    assert learning_rate_at(100, 100, 3e-4) == pytest.approx(3e-6)             # last step: lr / total
+    assert [learning_rate_at(s, 10, 1.0, "constant") for s in (1, 5, 10)] == [1.0, 1.0, 1.0]
+    for args, name in (((0, 10, 1.0), "step"), ((11, 10, 1.0), "step"), ((1, 0, 1.0), "total_steps")):
+        with pytest.raises(ValueError, match=f"^{name}:"):
+            learning_rate_at(*args)
+    with pytest.raises(ValueError, match="^schedule:"):
+        learning_rate_at(1, 10, 1.0, "cosine")
+
+
+def test_the_trainer_applies_the_schedule(random_model, char_tokenizer):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.trainer import GRPOTrainer
+
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 30)]
+    t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=4, eval_size=0,
+                               learning_rate=1e-3), model=random_model, tokenizer=char_tokenizer, train_rows=rows)
+    seen = []
+    t.callbacks.append(lambda m: seen.append(t.optimizer.param_groups[0]["lr"]))
+    t.train(progress=False)
+    assert seen == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+
+
+def test_resuming_with_a_new_length_warns_under_the_linear_schedule(random_model, char_tokenizer, tmp_path):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.trainer import GRPOTrainer
+
+    rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 30)]
+    common = dict(batch_size=2, num_generations=2, eval_size=0, output_dir=str(tmp_path / "run"))
+    GRPOTrainer(GRPOConfig(total_training_steps=2, **common), model=random_model, tokenizer=char_tokenizer,
+                train_rows=rows).train(progress=False)
+    longer = GRPOTrainer(GRPOConfig(total_training_steps=3, **common), model=random_model,
+                         tokenizer=char_tokenizer, train_rows=rows)
+    with pytest.warns(UserWarning, match="planned for 2 steps and now has 3"):
+        longer.load_checkpoint(tmp_path / "run")

@@ -113,8 +113,8 @@ def test_importing_tasks_does_not_import_torch():
 
 # --- loading prompts --------------------------------------------------------------------
 
-ROWS = [{"prompt": "1+1=", "answer": 2}, {"prompt": "What is GRPO?"}]
-EXPECTED = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "What is GRPO?"}]
+ROWS = [{"prompt": "1+1=", "answer": 2}, {"prompt": "What is GRPO?", "answer": "a method"}]
+EXPECTED = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "What is GRPO?", "answer": "a method"}]
 
 
 def test_load_prompts_from_json_jsonl_and_csv(tmp_path):
@@ -146,6 +146,40 @@ def test_load_prompts_from_a_dataset_and_a_list():
     assert load_prompts(ROWS) == EXPECTED
     assert load_prompts(get_task("addition").split("heldout", n=3)) == get_task("addition").split(
         "heldout", n=3)
+    assert load_prompts([{"prompt": "Say hi"}, {"prompt": "Say bye", "answer": None}]) == [
+        {"prompt": "Say hi"}, {"prompt": "Say bye"}]                   # no answers at all is fine
+
+
+def test_load_prompts_from_a_real_datasets_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list([{"prompt": "1+1=", "answer": "2", "source": "x"},
+                                     {"prompt": "What is GRPO?", "answer": "a method", "source": "y"}])
+    assert load_prompts(ds) == EXPECTED
+    path = tmp_path / "d.jsonl"
+    ds.to_json(str(path))
+    assert load_prompts(path) == EXPECTED
+
+
+def test_load_prompts_wants_an_answer_in_every_row_or_none(tmp_path):
+    """A row without "answer" among rows with one used to load, then raise KeyError('answer') mid-run."""
+    rows = [{"prompt": f"{a}+1=", "answer": a + 1} for a in range(5)]
+    rows.insert(3, {"prompt": "9+9="})
+    path = tmp_path / "gap.json"
+    path.write_text(json.dumps(rows), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^source: row 3 of .*gap\.json has no 'answer' while 5 other rows have "
+                       r"one \(1 rows lack it\)\. Fix: give every row an 'answer', or none"):
+        load_prompts(path)
+
+
+@pytest.mark.parametrize("name, text", [
+    ("sheet.csv", "prompt,answer\r\n1+1=,2\r\n"),
+    ("p.json", json.dumps([{"prompt": "1+1=", "answer": "2"}])),
+    ("p.jsonl", json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n"),
+])
+def test_load_prompts_reads_files_with_a_byte_order_mark(tmp_path, name, text):
+    """A spreadsheet's CSV starts with a BOM; it used to be refused as having no "prompt" column."""
+    (tmp_path / name).write_bytes("\ufeff".encode("utf-8") + text.encode("utf-8"))
+    assert load_prompts(tmp_path / name) == [{"prompt": "1+1=", "answer": "2"}]
 
 
 @pytest.mark.parametrize("bad_row", [{"answer": "2"}, {"prompt": ""}, {"prompt": "  "},

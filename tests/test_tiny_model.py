@@ -139,13 +139,57 @@ def test_build_is_deterministic(tmp_path):
     assert first["history"] == second["history"] and not first["in_band"]
 
 
-def test_main_fails_when_the_accuracy_misses_the_band(tmp_path, capsys):
+def test_main_writes_nothing_when_the_accuracy_misses_the_band(tmp_path, capsys):
+    """A failed rebuild used to save first and check after, overwriting the model in --out."""
     out = tmp_path / "m"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"the good model")
     code = main(["--out", str(out), "--max-steps", "2", "--check-every", "1", "--eval-samples", "1"])
-    assert code == 1 and "outside" in capsys.readouterr().err
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "outside" in err and "nothing was written" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]                 # no temporary folder left
+    assert [p.name for p in out.iterdir()] == ["model.safetensors"]
+    assert (out / "model.safetensors").read_bytes() == b"the good model"
+
+
+def test_main_moves_a_model_in_the_band_into_place(tmp_path, monkeypatch, capsys, random_model, char_tokenizer):
+    import grpo_edu.make_model as make_model
+
+    def warm_up(out_dir, **options):
+        summary = {"in_band": True, "heldout_sampled_accuracy": 0.4, "warmup_steps": 1, "heldout_greedy_accuracy": 0.9,
+                   "fraction_prompts_0_lt_p_lt_1": 0.9, "well_formed_rate": 0.9,
+                   "command": make_model._command(out_dir, **options)}
+        return random_model, char_tokenizer, summary, [], {"started": 0.0, "train_seconds": 1.0}
+
+    monkeypatch.setattr(make_model, "_warm_up", warm_up)
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "README.md").write_text("kept")
+    assert main(["--out", str(out), "--seed", "3"]) == 0
+    assert {p.name for p in out.iterdir()} >= {"README.md", "model.safetensors", "config.json", "tokenizer.json",
+                                               "grpo_edu_model.json"}
     record = json.loads((out / "grpo_edu_model.json").read_text())
-    assert record["command"] == (f"python -m grpo_edu.make_model --out {out} --check-every 1 "
-                                 "--max-steps 2 --eval-samples 1")
+    assert record["command"] == f"python -m grpo_edu.make_model --out {out} --seed 3"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert "saved to" in capsys.readouterr().out
+
+
+def test_main_defaults_to_the_bundled_folder_wherever_it_runs(tmp_path, monkeypatch):
+    import grpo_edu.make_model as make_model
+
+    seen = {}
+
+    def stop(out_dir, **options):
+        seen["out"] = out_dir
+        raise SystemExit(0)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(make_model, "_warm_up", stop)
+    with pytest.raises(SystemExit):
+        main([])
+    assert Path(seen["out"]) == ASSET                             # not ./assets/tiny-adder under the current folder
+    assert make_model._command(ASSET) == "python -m grpo_edu.make_model --out assets/tiny-adder"
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(stop_at=1.5), "stop_at"), (dict(task="nope"), "task"),

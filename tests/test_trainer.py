@@ -1,7 +1,12 @@
-"""The trainer: checked config, bad input before work, accumulation, checkpoints, resume."""
+"""The trainer: checked config, bad input before work, accumulation, interruptions, resume.
+
+How the trainer wires the pieces together is tested in test_trainer_wiring.py; checkpoint
+files, output folders and locks in test_checkpoint.py.
+"""
 
 import json
 import math
+import warnings
 
 import pytest
 import torch
@@ -25,6 +30,8 @@ def _trainer(model, tok, **overrides):
     (dict(loss_type="ppo"), "^loss_type: "),
     (dict(scale="rank"), "^scale: "),
     (dict(epsilon=0), "^epsilon: "),
+    (dict(epsilon=1.0), r"^epsilon: must be below 1, got 1.0: the lower clip bound 1 − ε would be ≤ 0"),
+    (dict(epsilon=1.5), "^epsilon: must be below 1"),
     (dict(learning_rate=-1e-3), "^learning_rate: "),
     (dict(beta=-0.1), "^beta: "),
     (dict(temperature=0), "^temperature: "),
@@ -36,6 +43,20 @@ def test_config_checked_up_front(kwargs, match):
         GRPOConfig(**kwargs)
 
 
+def test_epsilon_high_below_epsilon_warns():
+    with pytest.warns(UserWarning, match="^epsilon_high: 0.1 is below epsilon 0.2"):
+        GRPOConfig(epsilon_high=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GRPOConfig(epsilon_high=0.28)   # clip-higher: no warning
+
+
+def test_grpo_config_and_trainer_import_from_the_package():
+    import grpo_edu
+
+    assert grpo_edu.GRPOConfig is GRPOConfig and grpo_edu.GRPOTrainer is GRPOTrainer
+
+
 def test_bad_data_and_model_fail_before_training(tmp_path, random_model, char_tokenizer):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=", "answer": "2"}\n{"question": "2+2="}\n')
@@ -45,11 +66,43 @@ def test_bad_data_and_model_fail_before_training(tmp_path, random_model, char_to
         GRPOTrainer(GRPOConfig(**FAST), train_rows=[], model=random_model, tokenizer=char_tokenizer)
     with pytest.raises(ValueError, match="^task: unknown task 'poetry'"):
         GRPOTrainer(GRPOConfig(**FAST, task="poetry"), model=random_model, tokenizer=char_tokenizer)
-    with pytest.raises(ValueError, match="^model: the path './no/such/model' does not exist"):
+    with pytest.raises(ValueError, match=r"^model: no such folder './no/such/model'"):
         GRPOTrainer(GRPOConfig(**FAST, model="./no/such/model"))
     with pytest.raises(ValueError, match="^batch_size: 4 is larger than dataset_size=2"):
         GRPOTrainer(GRPOConfig(**FAST), train_rows=[{"prompt": "1+1=", "answer": "2"}] * 2,
                     model=random_model, tokenizer=char_tokenizer)
+
+
+def test_a_row_without_answer_fails_at_load_not_mid_run(tmp_path, random_model, char_tokenizer):
+    """Issue 7, item 4: one row lacking "answer" used to load, then raise KeyError('answer')
+    at the step that first drew it."""
+    rows = [{"prompt": f"{a}+1=", "answer": str(a + 1)} for a in range(10, 30)]
+    del rows[13]["answer"]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ValueError, match=r"^source: row 13 of .*p\.jsonl has no 'answer' while 19 other rows"):
+        GRPOTrainer(GRPOConfig(**FAST, dataset=str(path)), model=random_model, tokenizer=char_tokenizer)
+
+
+@pytest.mark.parametrize("prompt, match", [
+    ("你好+1=", r"^prompts: 1 of 8 of the train prompts hold characters the tokenizer cannot encode .*row 3"),
+    ("12+34= 😀", r"^prompts: 1 of 8 of the train prompts hold characters .*'12\+34= 😀'"),
+    ("1" * 40 + "=", r"^prompts: 1 of 8 of the train prompts are too long for the model: .*its 32 positions "
+                     r"\(longest: row 3, 42 prompt tokens\)"),
+])
+def test_prompts_the_model_cannot_read_fail_before_training(random_model, char_tokenizer, prompt, match):
+    rows = [{"prompt": f"{a}+1=", "answer": "0"} for a in range(10, 18)]
+    rows[3]["prompt"] = prompt
+    with pytest.raises(ValueError, match=match):
+        GRPOTrainer(GRPOConfig(**FAST), train_rows=rows, model=random_model, tokenizer=char_tokenizer)
+
+
+def test_output_dir_that_is_a_file_fails_before_the_model_loads(tmp_path):
+    """Issue 7, item 2: the run used to train to the end, then die at the final save."""
+    f = tmp_path / "out"
+    f.write_text("not a folder")
+    with pytest.raises(ValueError, match=r"^output_dir: .*out is a file, not a folder"):
+        GRPOTrainer(GRPOConfig(**FAST, output_dir=str(f), model="./not/loaded/yet"))
 
 
 def test_bad_reward_functions_named_before_training(random_model, char_tokenizer):
@@ -66,18 +119,6 @@ def test_bad_reward_functions_named_before_training(random_model, char_tokenizer
                       (gives_nan, "^reward function .*gives_nan: returned NaN")):
         with pytest.raises(ValueError, match=match):
             GRPOTrainer(GRPOConfig(**FAST), model=random_model, tokenizer=char_tokenizer, reward_funcs=[fn])
-
-
-def test_step_metrics_are_sane(random_model, char_tokenizer):
-    t = _trainer(random_model, char_tokenizer, beta=0.1)
-    m = t.step()
-    assert m["step"] == 1 and m["epoch"] == 1
-    assert 0 <= m["dead_group_fraction"] <= 1 and 0 <= m["clip_fraction"] <= 1
-    assert m["ratio_mean"] == pytest.approx(1.0)      # μ = 1: on-policy
-    assert m["kl"] == pytest.approx(0.0, abs=1e-6)   # the policy has not moved yet at step 1
-    assert 1 <= m["completion_length"] <= 4 and m["entropy"] > 0
-    no_ref = _trainer(random_model, char_tokenizer, beta=0.0)
-    assert no_ref.ref_model is None and no_ref.step()["kl"] is None   # not measured, not "0"
 
 
 def _reward_first_digit(prompts, completions, **kw):
@@ -110,28 +151,76 @@ def test_resume_continues_exactly(tmp_path, random_model, char_tokenizer):
     """3 steps + checkpoint + resume 3 more == 6 uninterrupted steps, metric for metric."""
     state = {k: v.clone() for k, v in random_model.state_dict().items()}
 
-    def fresh():
+    def trainer(**overrides):
         model = type(random_model)(random_model.config)
         model.load_state_dict(state)
-        return model
+        config = GRPOConfig(**{**FAST, "total_training_steps": 6, "beta": 0.05, "num_iterations": 2, **overrides})
+        return GRPOTrainer(config, model=model, tokenizer=char_tokenizer, reward_funcs=[_reward_first_digit])
 
-    common = dict(total_training_steps=6, beta=0.05, num_iterations=2, reward_funcs=None)
-    common.pop("reward_funcs")
-    full = GRPOTrainer(GRPOConfig(**{**FAST, **common}), model=fresh(), tokenizer=char_tokenizer,
-                       reward_funcs=[_reward_first_digit]).train(progress=False)
-
+    full = trainer().train(progress=False)
     out = tmp_path / "run"
-    first = GRPOTrainer(GRPOConfig(**{**FAST, **common, "total_training_steps": 3, "output_dir": str(out),
-                                      "checkpoint_every": 3}),
-                        model=fresh(), tokenizer=char_tokenizer, reward_funcs=[_reward_first_digit])
-    first.train(progress=False)
+    first = trainer(output_dir=str(out))
+    for _ in range(3):
+        first.step()
+    first.save_checkpoint()
     assert json.loads((out / "latest.json").read_text())["step"] == 3
-    resumed = GRPOTrainer(GRPOConfig(**{**FAST, **common, "output_dir": str(out)}), model=fresh(),
-                          tokenizer=char_tokenizer, reward_funcs=[_reward_first_digit])
-    history = resumed.train(resume_from=out, progress=False)
+    history = trainer(output_dir=str(out)).train(resume_from=out, progress=False)
 
-    strip = lambda hs: [{k: v for k, v in h.items() if k != "seconds"} for h in hs]
+    strip = lambda hs: [{k: v for k, v in h.items() if k != "seconds"} for h in hs]   # noqa: E731
     assert strip(history) == strip(full)
+
+
+def _fails_once(at_call, error):
+    """A reward function that raises ``error`` on its ``at_call``-th call (the preflight is call 1)."""
+    calls = []
+
+    def reward(prompts, completions, **kw):
+        calls.append(1)
+        if len(calls) == at_call:
+            raise error
+        return _reward_first_digit(prompts, completions)
+    reward.__qualname__ = _reward_first_digit.__qualname__   # the same metric name as the uninterrupted run
+    return reward
+
+
+@pytest.mark.parametrize("error", [RuntimeError("flaky grader"), KeyboardInterrupt()])
+def test_an_interrupted_step_runs_again(random_model, char_tokenizer, error):
+    """Issue 7, item 5: step_count was incremented before the work, so the step that failed
+    (a reward function's error, or Jupyter's Stop) was skipped by the next train()."""
+    state = {k: v.clone() for k, v in random_model.state_dict().items()}
+
+    def trainer(reward):
+        model = type(random_model)(random_model.config)
+        model.load_state_dict(state)
+        return GRPOTrainer(GRPOConfig(**{**FAST, "beta": 0.05}), model=model, tokenizer=char_tokenizer,
+                           reward_funcs=[reward])
+
+    full = trainer(_reward_first_digit).train(progress=False)
+    t = trainer(_fails_once(3, error))                        # fails in step 2
+    with pytest.raises((ValueError, KeyboardInterrupt)):
+        t.train(progress=False)
+    assert t.step_count == 1 and len(t.history) == 1
+    history = t.train(progress=False)                         # "run the cell again"
+    strip = lambda hs: [{k: v for k, v in h.items() if k != "seconds"} for h in hs]   # noqa: E731
+    assert [m["step"] for m in history] == [1, 2, 3, 4]
+    assert strip(history) == strip(full)
+
+
+def test_an_interruption_between_inner_updates_is_reported(random_model, char_tokenizer):
+    t = _trainer(random_model, char_tokenizer, num_iterations=2)
+    real_step, calls = t.optimizer.step, []
+
+    def second_update_stops(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_step(*a, **k)
+
+    t.optimizer.step = second_update_stops
+    with pytest.warns(UserWarning, match="step 1 was interrupted after 1 of its 2 optimizer updates"):
+        with pytest.raises(KeyboardInterrupt):
+            t.step()
+    assert t.step_count == 0 and t.history == []
 
 
 def test_resume_refuses_incompatible_config(tmp_path, random_model, char_tokenizer):
@@ -143,29 +232,6 @@ def test_resume_refuses_incompatible_config(tmp_path, random_model, char_tokeniz
         other.train(resume_from=out, progress=False)
 
 
-def test_a_crash_while_checkpointing_keeps_the_previous_one(tmp_path, monkeypatch, random_model, char_tokenizer):
-    from grpo_edu import checkpoint
-
-    out = tmp_path / "run"
-    t = _trainer(random_model, char_tokenizer, total_training_steps=2, output_dir=str(out), checkpoint_every=1)
-    t.step()
-    t.save_checkpoint()
-    before = (out / "checkpoint-000001" / "model.safetensors").read_bytes()
-    t.step()
-
-    def boom(*args, **kwargs):
-        raise KeyboardInterrupt("killed mid-write")
-
-    monkeypatch.setattr(checkpoint, "save_file", boom)
-    with pytest.raises(KeyboardInterrupt):
-        t.save_checkpoint()
-    assert json.loads((out / "latest.json").read_text())["checkpoint"] == "checkpoint-000001"
-    assert (out / "checkpoint-000001" / "model.safetensors").read_bytes() == before
-    assert not (out / "checkpoint-000002").exists()
-    monkeypatch.undo()
-    again = _trainer(random_model, char_tokenizer, total_training_steps=2, output_dir=str(out), checkpoint_every=1)
-    again.load_checkpoint(out)
-    assert again.step_count == 1
 
 
 def test_a_short_real_run_learns():

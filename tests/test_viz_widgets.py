@@ -59,6 +59,22 @@ def test_advantage_bars_heights_are_library_advantages(scale):
     np.testing.assert_allclose(heights, expected)
 
 
+def test_advantage_spread_draws_the_exact_distribution():
+    from grpo_edu.policy_gradient import advantage_distribution
+
+    fig = viz.advantage_spread(p=(0.5, 0.2), num_generations=(2, 8, 32))
+    ax = fig.axes[0]
+    means = [line for line in ax.lines if line.get_label().endswith("mean of Â, ± 1 std")]
+    limits = [line for line in ax.lines if "limit" in line.get_label()]
+    assert [list(m.get_xdata()) for m in means] == [[2, 8, 32], [2, 8, 32]]
+    np.testing.assert_allclose(means[1].get_ydata(), [advantage_distribution(0.2, g)[1]["mean"] for g in (2, 8, 32)])
+    np.testing.assert_allclose([line.get_ydata()[0] for line in limits], [1.0, 2.0])   # √((1 − p)/p)
+    vertices = ax.collections[0].get_paths()[0].vertices              # the p = 0.5 band
+    at_8 = vertices[np.isclose(vertices[:, 0], 8), 1]
+    s = advantage_distribution(0.5, 8)[1]
+    assert np.isclose(at_8, s["mean"] + s["std"]).any() and np.isclose(at_8, s["mean"] - s["std"]).any()
+
+
 def test_dead_group_curves_are_the_formula():
     fig = viz.dead_group_curves((2, 8), p=0.5, G=8)
     g2, g8, point = fig.axes[0].lines

@@ -1,0 +1,349 @@
+"""Data replay: a buffer of good past answers, mixed back into training (the 错题本, mistake notebook).
+
+A student keeps a notebook of the problems they once solved well and goes back over it now
+and then, so that what was learned last month is not forgotten. A replay buffer does the same
+for GRPO (source article 000): it keeps the best past samples and mixes some of them into each
+new step, which protects what the model learned earlier from being overwritten by what it
+learns now (catastrophic forgetting, 灾难性遗忘).
+
+The four fields of a sample, as in the source: ``question``, ``answer`` (the model's own
+completion), its ``advantage`` Â and its ``reward`` R. The rules, made exact:
+
+* **admission** (准入): of the samples offered in one ``add`` call, only those with
+  Â > ``min_advantage`` *and* in the top ``top_fraction`` of that call by advantage get in
+  (the source: Â > 0, top 30–50 %). "Top fraction" keeps the first ⌈top_fraction · n⌉ of the
+  call's n samples sorted by advantage, highest first; among equal advantages the one offered
+  first ranks higher.
+* **capacity** (容量): a hard limit. When the buffer is full, the sample with the lowest
+  advantage leaves first; among equal advantages the oldest (earliest round, then earliest
+  added). A newcomer whose advantage is below everything stored is not admitted. The source's
+  "delete the oldest and lowest-advantage" needs this exact order, since the oldest and the
+  lowest are usually different samples.
+* **sampling**: ``sample(n)`` draws n distinct samples uniformly at random (seeded).
+* **mixing** (混合): ``mix(new, replay_ratio)`` adds replayed samples so that
+  replayed / total = replay_ratio (7:3 new:replayed at 0.3, the source's default; it warns
+  outside 10–50 %: above half, learning the new task stalls; below a tenth, replay does nothing).
+* **refresh** (定期清理): ``refresh(current_round, max_age)`` drops samples older than max_age rounds.
+
+Storage: in memory; a ``.jsonl`` file (rewritten atomically after each change); or SQLite
+(``.sqlite``/``.db``, write-ahead log, one transaction per ``add``), so a run killed mid-way
+keeps every sample whose ``add`` had returned. Reopening a file gives the same contents; a
+corrupt file, or one written in another format, is reported and never modified.
+"""
+
+import json
+import math
+import os
+import random
+import sqlite3
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from grpo_edu import _checks
+
+FORMAT = "grpo_edu.replay/1"
+"""Written into every buffer file; a file with another value is refused."""
+FIELDS = ("question", "answer", "advantage", "reward")
+_MISSING = object()
+SQLITE_SUFFIXES = (".sqlite", ".db")
+
+
+@dataclass(frozen=True)
+class ReplaySample:
+    """One stored experience: the question, the model's answer, its advantage Â and reward R."""
+
+    question: str = _MISSING
+    answer: str = _MISSING
+    advantage: float = _MISSING
+    reward: float = _MISSING
+
+    def __post_init__(self):
+        for name in FIELDS:
+            if getattr(self, name) is _MISSING:
+                _checks.fail(name, "is missing", f"give every replay sample all four fields {list(FIELDS)}")
+        for name in ("question", "answer"):
+            if not isinstance(getattr(self, name), str):
+                _checks.fail(name, f"must be a string, got {type(getattr(self, name)).__name__}",
+                             "store the text exactly as the model saw or wrote it")
+        for name in ("advantage", "reward"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                _checks.fail(name, f"must be a finite number, got {value!r}", "store the number the step computed")
+            object.__setattr__(self, name, float(value))
+
+    @classmethod
+    def from_dict(cls, data):
+        """A sample from a dict with the four fields (other keys are refused)."""
+        if not isinstance(data, dict):
+            _checks.fail("sample", f"must be a dict or ReplaySample, got {type(data).__name__}",
+                         f"pass {{{', '.join(repr(f) for f in FIELDS)}}}")
+        unknown = sorted(set(data) - set(FIELDS))
+        if unknown:
+            _checks.fail("sample", f"has unknown fields {unknown}", f"use exactly {list(FIELDS)}")
+        return cls(**data)
+
+
+@dataclass(frozen=True, order=True)
+class _Entry:
+    """A stored sample with when it came in. Sorting entries gives the eviction order."""
+
+    advantage: float
+    round: int
+    seq: int
+    sample: ReplaySample = field(compare=False)
+
+
+class ReplayBuffer:
+    """A capped pool of good past samples; see the module docstring for the exact rules."""
+
+    def __init__(self, capacity, *, path=None, min_advantage=0.0, top_fraction=0.5, seed=None):
+        self.capacity = _checks.positive_int("capacity", capacity)
+        if isinstance(min_advantage, bool) or not isinstance(min_advantage, (int, float)) \
+                or not math.isfinite(min_advantage):
+            _checks.fail("min_advantage", f"must be a finite number, got {min_advantage!r}", "pass e.g. 0.0 (the source: Â > 0)")
+        self.min_advantage = float(min_advantage)
+        if not (isinstance(top_fraction, (int, float)) and 0 < top_fraction <= 1):
+            _checks.fail("top_fraction", f"must be in (0, 1], got {top_fraction!r}", "pass e.g. 0.5 (the source: 0.3–0.5)")
+        self.top_fraction = float(top_fraction)
+        self.rng = random.Random(seed)
+        self.path = None if path is None else Path(path)
+        self._entries = {}          # seq -> _Entry
+        self._next_seq = 0
+        self._db = None
+        if self.path is not None:
+            self._open()
+
+    # --- reading ----------------------------------------------------------------------
+    def __len__(self):
+        return len(self._entries)
+
+    def entries(self):
+        """Every stored sample with its round, oldest first: a list of (ReplaySample, round)."""
+        return [(e.sample, e.round) for e in sorted(self._entries.values(), key=lambda e: e.seq)]
+
+    def samples(self):
+        """Every stored sample, oldest first."""
+        return [sample for sample, _ in self.entries()]
+
+    # --- the rules --------------------------------------------------------------------
+    def add(self, samples, *, round):
+        """Offer one step's samples; returns how many were admitted (see the admission rule)."""
+        _checks.positive_int("round", round, minimum=0)
+        offered = [s if isinstance(s, ReplaySample) else ReplaySample.from_dict(s) for s in samples]
+        k = math.ceil(self.top_fraction * len(offered))
+        ranked = sorted(range(len(offered)), key=lambda i: -offered[i].advantage)[:k]   # stable: first offered wins ties
+        candidates = [offered[i] for i in sorted(ranked) if offered[i].advantage > self.min_advantage]
+        added, evicted = [], []
+        for sample in candidates:
+            entry = _Entry(sample.advantage, round, self._next_seq, sample)
+            if len(self._entries) >= self.capacity:
+                weakest = min(self._entries.values())            # lowest Â, then oldest round, then first added
+                if sample.advantage < weakest.advantage:
+                    continue                                      # weaker than everything stored
+                del self._entries[weakest.seq]
+                evicted.append(weakest.seq)
+            self._entries[entry.seq] = entry
+            self._next_seq += 1
+            added.append(entry)
+        self._persist(added=added, removed=evicted)
+        return len([e for e in added if e.seq in self._entries])
+
+    def sample(self, n):
+        """n distinct stored samples, uniformly at random (all of them, shuffled, if fewer are stored)."""
+        _checks.positive_int("n", n, minimum=0)
+        pool = [e.sample for e in sorted(self._entries.values(), key=lambda e: e.seq)]
+        return self.rng.sample(pool, min(n, len(pool)))
+
+    def replay_count(self, num_new, replay_ratio):
+        """How many replayed samples make replayed / (num_new + replayed) = replay_ratio (rounded)."""
+        _checks.positive_int("num_new", num_new, minimum=0)
+        if isinstance(replay_ratio, bool) or not isinstance(replay_ratio, (int, float)) or not 0 <= replay_ratio < 1:
+            _checks.fail("replay_ratio", f"must be in [0, 1), got {replay_ratio!r}",
+                         "pass the share of replayed samples, e.g. 0.3 for 7 new : 3 replayed")
+        return round(replay_ratio * num_new / (1 - replay_ratio))
+
+    def mix(self, new_samples, replay_ratio):
+        """``new_samples`` plus replayed ones at ``replay_ratio`` of the total, shuffled (new ones kept as given)."""
+        new_samples = list(new_samples)
+        k = self.replay_count(len(new_samples), replay_ratio)
+        if replay_ratio > 0 and not 0.1 <= replay_ratio <= 0.5:
+            warnings.warn(f"replay_ratio={replay_ratio}: outside 10–50 % replay either does little (below) "
+                          "or slows learning the new data (above); the source's default is 0.3", stacklevel=2)
+        replayed = self.sample(k)
+        if len(replayed) < k:
+            warnings.warn(f"the buffer holds {len(self)} samples, fewer than the {k} this mix asks for; "
+                          "the replayed share is smaller than replay_ratio", stacklevel=2)
+        mixed = new_samples + replayed
+        self.rng.shuffle(mixed)
+        return mixed
+
+    def refresh(self, current_round, max_age):
+        """Drop samples added more than ``max_age`` rounds before ``current_round``; returns how many."""
+        _checks.positive_int("current_round", current_round, minimum=0)
+        _checks.positive_int("max_age", max_age, minimum=0)
+        old = [seq for seq, e in self._entries.items() if current_round - e.round > max_age]
+        for seq in old:
+            del self._entries[seq]
+        self._persist(added=[], removed=old)
+        return len(old)
+
+    # --- storage ----------------------------------------------------------------------
+    def _open(self):
+        suffix = self.path.suffix.lower()
+        if suffix != ".jsonl" and suffix not in SQLITE_SUFFIXES:
+            _checks.fail("path", f"{self.path} has the extension {suffix or '(none)'!r}",
+                         "use .jsonl (a text file) or .sqlite/.db (SQLite), or path=None to keep the buffer in memory")
+        if self.path.is_dir():
+            _checks.fail("path", f"{self.path} is a folder", "name a file inside it, e.g. replay.sqlite")
+        if suffix == ".jsonl":
+            if self.path.exists():
+                self._load_entries(_read_jsonl(self.path))
+            else:
+                self._write_jsonl()
+        else:
+            if self.path.exists():
+                self._load_entries(_read_sqlite(self.path))
+            self._db = _open_sqlite(self.path)
+        if len(self._entries) > self.capacity:
+            _checks.fail("capacity", f"is {self.capacity} but {self.path} already holds {len(self._entries)} samples",
+                         f"reopen it with capacity ≥ {len(self._entries)}")
+
+    def _load_entries(self, rows):
+        for seq, rnd, data in rows:
+            self._entries[seq] = _Entry(data["advantage"], rnd, seq, ReplaySample(**data))
+        self._next_seq = max(self._entries, default=-1) + 1
+
+    def _persist(self, *, added, removed):
+        if self.path is None or not (added or removed):
+            return
+        if self._db is None:
+            self._write_jsonl()
+            return
+        with self._db:                                  # one transaction: all of this call, or none of it
+            self._db.executemany("DELETE FROM replay_samples WHERE seq = ?", [(s,) for s in removed])
+            self._db.executemany(
+                "INSERT INTO replay_samples (seq, round, question, answer, advantage, reward) VALUES (?, ?, ?, ?, ?, ?)",
+                [(e.seq, e.round, e.sample.question, e.sample.answer, e.sample.advantage, e.sample.reward)
+                 for e in added if e.seq in self._entries])
+
+    def _write_jsonl(self):
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"format": FORMAT}) + "\n")
+            for e in sorted(self._entries.values(), key=lambda e: e.seq):
+                f.write(json.dumps({"seq": e.seq, "round": e.round, **asdict(e.sample)}, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def close(self):
+        """Close the SQLite connection (nothing to do for other storage)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_file(path):
+    """Every sample of a buffer file with its round, oldest first, read without changing the file."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix != ".jsonl" and suffix not in SQLITE_SUFFIXES:
+        _checks.fail("path", f"{path} has the extension {suffix or '(none)'!r}", "pass a .jsonl, .sqlite or .db buffer file")
+    if not path.is_file():
+        _checks.fail("path", f"no buffer file at {path}", "check the path (a buffer is written by ReplayBuffer(path=...))")
+    rows = _read_jsonl(path) if suffix == ".jsonl" else _read_sqlite(path)
+    return [(ReplaySample(**data), rnd) for _, rnd, data in sorted(rows, key=lambda r: r[0])]
+
+
+def describe_file(path, *, show=5):
+    """What ``grpo-edu replay PATH`` prints: size, rounds, advantage and reward summary, the strongest samples."""
+    entries = read_file(path)
+    lines = [f"{path}: {len(entries)} samples"]
+    if entries:
+        def spread(values):
+            values = sorted(values)
+            return f"min {values[0]:.3g} · median {values[len(values) // 2]:.3g} · max {values[-1]:.3g}"
+        rounds = sorted({r for _, r in entries})
+        lines += [f"rounds {rounds[0]}–{rounds[-1]} ({len(rounds)} distinct)",
+                  f"advantage: {spread(s.advantage for s, _ in entries)}",
+                  f"reward:    {spread(s.reward for s, _ in entries)}",
+                  f"the {min(show, len(entries))} strongest (round · advantage · reward · question → answer):"]
+        strongest = sorted(entries, key=lambda e: -e[0].advantage)[:show]
+        lines += [f"  {r:>5} · {s.advantage:+.3f} · {s.reward:.3g} · {s.question!r} → {s.answer!r}" for s, r in strongest]
+    return "\n".join(lines)
+
+
+def _bad_file(path, problem):
+    _checks.fail("path", f"{path} {problem}",
+                 "open another file, or move this one away to start a new buffer (it was not modified)")
+
+
+def _read_jsonl(path):
+    """(seq, round, fields) of every sample in a JSONL buffer file; a clear error if it is not one."""
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [line for line in f if line.strip()]
+    except UnicodeDecodeError:
+        _bad_file(path, "is not a text file")
+    if not lines:
+        _bad_file(path, "is empty (a replay buffer file starts with a format line)")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError:
+        _bad_file(path, "is not a replay buffer: line 1 is not JSON")
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        _bad_file(path, f"is not a {FORMAT} replay buffer (line 1 is {lines[0].strip()[:80]!r})")
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            data = json.loads(line)
+            seq, rnd = data.pop("seq"), data.pop("round")
+            ReplaySample(**data)                       # checks the four fields
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            _bad_file(path, f"has a broken sample on line {number} ({err.__class__.__name__}: {str(err)[:120]})")
+        rows.append((seq, rnd, data))
+    return rows
+
+
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+           "CREATE TABLE IF NOT EXISTS replay_samples (seq INTEGER PRIMARY KEY, round INTEGER NOT NULL, "
+           "question TEXT NOT NULL, answer TEXT NOT NULL, advantage REAL NOT NULL, reward REAL NOT NULL);")
+
+
+def _read_sqlite(path):
+    """Read an existing SQLite buffer read-only (so a bad file is never changed)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            fmt = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+            if fmt is None or fmt[0] != FORMAT:
+                _bad_file(path, f"is not a {FORMAT} replay buffer (its format is {fmt and fmt[0]!r})")
+            rows = db.execute("SELECT seq, round, question, answer, advantage, reward FROM replay_samples").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as err:
+        _bad_file(path, f"is not a readable replay buffer ({err})")
+    out = []
+    for seq, rnd, q, a, adv, rew in rows:
+        try:
+            out.append((seq, rnd, asdict(ReplaySample(q, a, adv, rew))))
+        except ValueError as err:
+            _bad_file(path, f"has a broken sample (seq {seq}: {err})")
+    return out
+
+
+def _open_sqlite(path):
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")             # with WAL: a committed add survives a killed process
+    with db:
+        db.executescript(_SCHEMA)
+        db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('format', ?)", (FORMAT,))
+    return db

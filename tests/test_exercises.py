@@ -1,0 +1,149 @@
+"""Code-writing exercises and predict-then-run questions (grpo_edu.exercises).
+
+Each code exercise is checked with a correct solution written here by hand, independently of
+the library, and with typical wrong ones: a bug in the reference, the inputs or the
+comparison turns one of these red.
+"""
+
+import numpy as np
+import pytest
+
+from grpo_edu.exercises import EXERCISES, PREDICTIONS, CodeExercise, check, reveal
+
+
+def _advantages_by_hand(rewards):
+    mu = rewards.mean(axis=1, keepdims=True)
+    sigma = rewards.std(axis=1, ddof=1, keepdims=True)
+    out = np.zeros_like(rewards)
+    live = sigma[:, 0] > 0
+    out[live] = (rewards[live] - mu[live]) / (sigma[live] + 1e-4)
+    return out
+
+
+def _population_sigma(rewards):                      # the classic mistake: np.std divides by G
+    return (rewards - rewards.mean(axis=1, keepdims=True)) / (rewards.std(axis=1, keepdims=True) + 1e-4)
+
+
+CORRECT = {
+    "02.4": _advantages_by_hand,
+    "03.4": lambda rewards: [len(set(row)) == 1 for row in rewards.tolist()],
+    "04.5": lambda r, a, eps: [-min(ri * ai, min(max(ri, 1 - eps), 1 + eps) * ai) for ri, ai in zip(r, a)],
+    "04.6": lambda lp, ref: np.exp(ref - lp) - (ref - lp) - 1,
+    "05.6": lambda lp, mask: [sum(l for l, m in zip(row, mrow) if m) for row, mrow in zip(lp.tolist(), mask.tolist())],
+}
+
+WRONG = {
+    "02.4": [_population_sigma,
+             lambda r: (r - r.mean(axis=1, keepdims=True)) / r.std(axis=1, ddof=1, keepdims=True)],  # 0/0 = NaN
+    "03.4": [lambda rewards: rewards.sum(axis=1) == 0],                      # only "all wrong" groups
+    "04.5": [lambda r, a, eps: -np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps)),      # Â missing in the clip
+             lambda r, a, eps: np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps) * a)],   # the sign
+    "04.6": [lambda lp, ref: np.exp(lp - ref) - (lp - lp) - 1,              # ρ upside down
+             lambda lp, ref: lp - ref],                                       # k1, not k3
+    "05.6": [lambda lp, mask: lp.sum(axis=1),                                # counts the tokens after <eos>
+             lambda lp, mask: (lp * mask).mean(axis=1)],                     # a mean, not the sum
+}
+
+
+def test_every_code_exercise_is_tested_here():
+    code = {k for k, ex in EXERCISES.items() if isinstance(ex, CodeExercise)}
+    assert code == set(CORRECT) == set(WRONG)
+
+
+@pytest.mark.parametrize("exercise_id", sorted(CORRECT))
+def test_a_correct_function_passes(exercise_id, capsys):
+    assert check(exercise_id, CORRECT[exercise_id]) is True
+    assert "✅" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("exercise_id", sorted(WRONG))
+def test_wrong_functions_fail_with_the_input_and_a_hint(exercise_id, capsys):
+    for wrong in WRONG[exercise_id]:
+        with np.errstate(all="ignore"):
+            assert check(exercise_id, wrong) is False
+        out = capsys.readouterr().out
+        assert "❌" in out and "Hint:" in out and "the library gives" in out
+
+
+def test_the_inputs_include_dead_groups_and_are_seeded():
+    ex = EXERCISES["02.4"]
+    rng_a, rng_b = np.random.default_rng(0), np.random.default_rng(0)
+    tables = [ex.inputs(rng_a)[0] for _ in range(ex.trials)]
+    assert all(np.array_equal(t, ex.inputs(rng_b)[0]) for t in tables)
+    assert any((t.max(axis=1) == t.min(axis=1)).any() for t in tables)
+
+
+def test_the_stub_not_a_function_and_a_crash_are_handled(capsys):
+    assert check("02.4", lambda rewards: None) is False
+    assert "not answered yet" in capsys.readouterr().out
+    assert check("02.4", None) is False
+    assert "not answered yet" in capsys.readouterr().out
+    assert check("02.4", 3) is False
+    assert "pass your function itself" in capsys.readouterr().out
+    assert check("04.6", lambda lp, ref: lp.nosuchmethod()) is False
+    assert "raised AttributeError" in capsys.readouterr().out
+
+
+def test_every_trial_counts():
+    calls = []
+
+    def right_only_at_first(rewards):
+        calls.append(1)
+        return _advantages_by_hand(rewards) + (len(calls) > 1)
+
+    assert check("02.4", right_only_at_first) is False
+    assert len(calls) == 2
+
+
+def test_the_message_shows_the_input_as_it_was_before_the_learners_function_ran(capsys):
+    def vandal(rewards):
+        rewards[:] = 99.0                 # changes its argument, then returns a wrong result
+        return rewards
+
+    assert check("02.4", vandal) is False
+    assert "99" not in capsys.readouterr().out.split("the library gives")[0]
+
+
+# --- predictions ----------------------------------------------------------------------------
+
+def test_reveal_without_a_guess_shows_nothing_of_the_answer(capsys):
+    assert reveal("02.P1", None, 3.7485) is None
+    out = capsys.readouterr().out
+    assert "no guess yet" in out and "3.7" not in out
+
+
+def test_reveal_numeric_guesses_use_the_tolerance(capsys):
+    reveal("02.P1", 3.6, 3.7485)                      # tolerance 0.25
+    assert "✅" in capsys.readouterr().out
+    reveal("02.P1", 2.0, 3.7485)
+    out = capsys.readouterr().out
+    assert "❌" in out and "3.748" in out
+    reveal("01.P1", 3.5, 4.0)                         # epochs: exact
+    assert "❌" in capsys.readouterr().out
+    reveal("02.P1", "three", 3.7485)
+    assert "write a number" in capsys.readouterr().out
+
+
+def test_reveal_choices(capsys):
+    reveal("04.P1", " Not Zero ", "not zero")
+    assert "✅" in capsys.readouterr().out
+    reveal("04.P1", "zero", "not zero")
+    assert "❌" in capsys.readouterr().out
+    reveal("04.P1", "maybe", "not zero")
+    assert "not one of the choices" in capsys.readouterr().out
+
+
+def test_reveal_shows_the_extra_output_only_after_a_guess(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", shown.append)
+    reveal("01.P1", None, 4.0, show="table")
+    assert shown == []
+    reveal("01.P1", 4, 4.0, show="table")
+    assert shown == ["table"]
+
+
+def test_every_prediction_is_numeric_or_a_choice_and_unknown_ids_fail():
+    for pred in PREDICTIONS.values():
+        assert (pred.tolerance is not None) != bool(pred.choices)      # exactly one of the two
+    with pytest.raises(ValueError, match="^prediction_id: unknown prediction"):
+        reveal("99.P1", 1, 1)

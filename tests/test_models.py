@@ -1,0 +1,120 @@
+"""Loading models: every way a name or folder can be wrong fails at once, naming the fix."""
+
+import json
+import shutil
+
+import pytest
+
+from grpo_edu import models
+from grpo_edu.models import load_model_and_tokenizer, locate_model
+
+ASSET = models.ASSETS / "tiny-adder"
+
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    """Fail the test if transformers is asked to load anything: the error must come first."""
+    import transformers
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("transformers was asked to load a model")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", forbidden)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", forbidden)
+
+
+@pytest.mark.parametrize("name", ["./my-model", "../models/tiny", "~/no/such/model", "a/b/c", "my model",
+                                  "C:\\models\\tiny"])
+def test_names_that_look_like_paths_fail_at_once(no_hub, name):
+    with pytest.raises(ValueError, match=r"^model: no such folder ") as error:
+        locate_model(name)
+    assert repr(name) in str(error.value)
+
+
+def test_a_mistyped_relative_path_is_not_sent_to_the_hub(no_hub, tmp_path, monkeypatch):
+    """'models/tiny' where ./models exists is a path; with the hub reachable it used to be
+    tried as a hub name for ~50 s and end with a message cut off mid-URL."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)   # as if online
+    with pytest.raises(ValueError, match=rf"^model: no such folder 'models/tiny' \(relative paths start from "
+                       rf"{tmp_path}\)"):
+        locate_model("models/tiny")
+
+
+def test_any_name_fails_at_once_while_offline(no_hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match=r"^model: no such folder 'my-model' .*cannot be a hub name now: "
+                       r"HF_HUB_OFFLINE is set"):
+        locate_model("my-model")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+
+    def unreachable(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(models.socket, "create_connection", unreachable)
+    with pytest.raises(ValueError, match=r"cannot be a hub name now: huggingface\.co cannot be reached \(OSError\)"):
+        locate_model("Qwen/Qwen2.5-0.5B-Instruct")
+
+
+def test_a_hub_error_is_shown_whole(monkeypatch):
+    import transformers
+
+    url = "https://huggingface.co/docs/transformers/installation#offline-mode"
+
+    def offline(*args, **kwargs):
+        raise OSError(f"We couldn't connect to 'https://huggingface.co'. See {url}.\nSecond line of detail")
+
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", offline)
+    with pytest.raises(ValueError, match=r"^model: could not load 'someone/some-model' \(OSError: .*See "
+                       + url.replace(".", r"\.") + r"\.\)\. Fix: "):
+        load_model_and_tokenizer("someone/some-model")
+
+
+def test_folders_that_are_not_complete_models_are_refused(no_hub, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=r"^model: .*empty has no config\.json"):
+        locate_model(str(empty))
+    no_tok = tmp_path / "no_tokenizer"
+    no_tok.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(ASSET / name, no_tok / name)
+    with pytest.raises(ValueError, match=r"^model: .*no_tokenizer holds no tokenizer \(none of tokenizer\.json"):
+        locate_model(str(no_tok))
+    cut = tmp_path / "cut"
+    shutil.copytree(ASSET, cut)
+    data = (cut / "model.safetensors").read_bytes()
+    (cut / "model.safetensors").write_bytes(data[:1000])
+    with pytest.raises(ValueError, match=r"^model: .*cut/model\.safetensors is truncated"):
+        locate_model(str(cut))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"^model: .*file is a file, not a model directory"):
+        locate_model(str(tmp_path / "file"))
+
+
+def test_a_runs_output_folder_stands_for_its_latest_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    for step in (1, 2):
+        shutil.copytree(ASSET, run / f"checkpoint-00000{step}")
+        (run / f"checkpoint-00000{step}" / "trainer_state.json").write_text("{}")
+    (run / "latest.json").write_text(json.dumps({"checkpoint": "checkpoint-000002", "step": 2}))
+    assert locate_model(str(run)) == (str(run / "checkpoint-000002"), {"kind": "run",
+                                                                        "checkpoint": str(run / "checkpoint-000002")})
+    model, tok = load_model_and_tokenizer(str(run))
+    assert tok("12+34=")["input_ids"][0] == tok.bos_token_id
+    data = (run / "checkpoint-000002" / "model.safetensors").read_bytes()
+    (run / "checkpoint-000002" / "model.safetensors").write_bytes(data[:-10])
+    (run / "checkpoint-000002" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"^model: .*checkpoint-000002/model\.safetensors is truncated"):
+        locate_model(str(run / "checkpoint-000002"))
+
+
+def test_bundled_and_hub_names_pass_through(monkeypatch):
+    assert locate_model("bundled") == (str(ASSET), {"kind": "bundled"})
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)
+    assert locate_model("Qwen/Qwen2.5-0.5B-Instruct") == ("Qwen/Qwen2.5-0.5B-Instruct", {"kind": "hub"})

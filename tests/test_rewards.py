@@ -1,0 +1,94 @@
+"""Reward functions: weighted sums, and errors that say whose fault a failure is."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_edu.rewards import RewardFunctionError, check_reward_output, compute_rewards
+
+ROWS = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
+COMPLETIONS = ["2", "3", "4", "44"]     # G = 2 per prompt
+
+
+def is_right(prompts, completions, answer, **kw):
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+
+def short(prompts, completions, **kw):
+    return [-len(c) for c in completions]
+
+
+def test_two_weighted_reward_functions_are_summed():
+    rewards, info = compute_rewards([is_right, short], ROWS, COMPLETIONS, 2, weights=[2.0, 0.5])
+    assert rewards.tolist() == [[2 - 0.5, 0 - 0.5], [2 - 0.5, 0 - 1.0]]
+    assert info == {"reward/is_right": 0.5, "reward/short": -1.25}
+
+
+def test_the_trainer_passes_reward_weights(random_model, char_tokenizer):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.trainer import GRPOTrainer
+
+    t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0),
+                    model=random_model, tokenizer=char_tokenizer, train_rows=ROWS * 2,
+                    reward_funcs=[is_right, short], reward_weights=[2.0, 0.5])
+    m = t.step()
+    assert m["reward_mean"] == pytest.approx(2.0 * m["reward/is_right"] + 0.5 * m["reward/short"])
+    with pytest.raises(ValueError, match="^weights: has 1 entries for 2 reward functions"):
+        GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0),
+                    model=random_model, tokenizer=char_tokenizer, train_rows=ROWS * 2,
+                    reward_funcs=[is_right, short], reward_weights=[1.0])
+
+
+def test_a_signature_that_does_not_fit_the_columns_is_named():
+    def needs_solution(prompts, completions, solution):
+        return [0.0] * len(completions)
+
+    with pytest.raises(ValueError, match=r"^reward function .*needs_solution: could not be called with the "
+                       r"columns \['prompts', 'completions', 'answer'\]"):
+        compute_rewards([needs_solution], ROWS, COMPLETIONS, 2)
+
+
+def test_an_error_inside_the_function_is_shown_as_its_own():
+    """A TypeError in the function's own code used to be reported as a column mismatch."""
+    def buggy(prompts, completions, answer, **kw):
+        return [c + 1 for c in completions]          # str + int: TypeError, the function's own bug
+
+    with pytest.raises(RewardFunctionError) as error:
+        compute_rewards([buggy], ROWS, COMPLETIONS, 2)
+    message = str(error.value)
+    assert message.startswith("reward function ")
+    assert "buggy: raised TypeError: can only concatenate str" in message and "test_rewards.py, line" in message
+    assert "could not be called" not in message
+    assert isinstance(error.value.__cause__, TypeError)
+
+
+@pytest.mark.parametrize("values, shown", [(["1", "0", "1", "0"], "'1' (a str) for completion 0"),
+                                           ([1.0, "yes", 0.0, 1.0], "'yes' (a str) for completion 1"),
+                                           ([1.0, None, 0.0, 1.0], "None (a NoneType) for completion 1"),
+                                           ("1010", "a str, not a list")])
+def test_rewards_must_be_numbers_not_text(values, shown):
+    """Text used to be converted when it looked like a number ("1") and refused otherwise ("yes")."""
+    with pytest.raises(ValueError, match=r"^reward function .*: returned ") as error:
+        check_reward_output(lambda **kw: None, values, 4)
+    assert shown in str(error.value) and "Fix: return" in str(error.value)
+
+
+@pytest.mark.parametrize("values", [[1, 0, 1, 0], [True, False, True, False], np.array([1.0, 0, 1, 0]),
+                                    torch.tensor([1.0, 0, 1, 0]), [np.float32(1), np.int64(0), torch.tensor(1.0), 0.0]])
+def test_numbers_of_every_kind_are_accepted(values):
+    assert check_reward_output(short, values, 4).tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_wrong_count_and_nan_are_named():
+    with pytest.raises(ValueError, match="returned 3 rewards for 4 completions"):
+        check_reward_output(short, [1.0] * 3, 4)
+    with pytest.raises(ValueError, match=r"returned NaN or infinity \(first at completion 2\)"):
+        check_reward_output(short, [1.0, 1.0, math.inf, 0.0], 4)
+
+
+def test_rows_with_different_columns_are_refused():
+    with pytest.raises(ValueError, match=r"^rows: row 1 has the columns \['prompt'\] but row 0 has "
+                       r"\['answer', 'prompt'\]"):
+        compute_rewards([short], [ROWS[0], {"prompt": "3+3="}], COMPLETIONS, 2)
