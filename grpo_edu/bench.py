@@ -85,8 +85,13 @@ def child_floor(t0, steps, warmup):
     # the same tiny learning rate as the others: a full update's arithmetic, constant work per step
     opt = torch.optim.AdamW(policy.parameters(), lr=SETTINGS["learning_rate"], betas=(0.9, 0.99), foreach=True)
     rows = get_task("addition").split("train")
+    # the trainer's prompts, in the trainer's order (GRPOTrainer.batch_for, seed 0, epoch 1), and the
+    # trainer's way of sampling below: the same model then samples (nearly) the same answers, so
+    # both do the same work per step
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(SETTINGS["seed"] * 100_003 + 1)).tolist()
+    rows = [rows[i] for i in order]
     G, B, max_new = SETTINGS["num_generations"], SETTINGS["batch_size"], SETTINGS["max_completion_length"]
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(SETTINGS["seed"])
     cache_kw = _cache_name(policy)      # "cache" (transformers ≥ 5.2x) or "past_key_values"
     times, tokens, first_end = [], 0, None
     for i in range(steps + warmup):
@@ -97,7 +102,7 @@ def child_floor(t0, steps, warmup):
             out = policy(input_ids=ids, use_cache=True, logits_to_keep=1)
             new, done = [], torch.zeros(ids.shape[0], dtype=torch.bool)
             for _ in range(max_new):
-                t = torch.multinomial(torch.softmax(out.logits[:, -1].float(), -1), 1, generator=gen)
+                t = torch.multinomial(torch.log_softmax(out.logits[:, -1].float(), -1).exp(), 1, generator=gen)
                 new.append(t)
                 done |= t.squeeze(1) == tok.eos_token_id
                 if done.all():
