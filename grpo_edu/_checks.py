@@ -24,10 +24,21 @@ def positive_int(arg, value, *, minimum=1, fix=None):
     return value
 
 
+def is_finite_number(value):
+    """True for a finite int or float (bools are refused)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_float(arg, value, *, fix=None):
+    """Check that ``value`` is a finite real number, of either sign; return it as a float."""
+    if not is_finite_number(value):
+        fail(arg, f"must be a finite number, got {value!r}", fix or "pass a finite number")
+    return float(value)
+
+
 def positive_float(arg, value, *, allow_zero=False, fix=None):
     """Check that ``value`` is a finite real number > 0 (or ≥ 0 with ``allow_zero``)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
+    ok = is_finite_number(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
         bound = "≥ 0" if allow_zero else "> 0"
         fail(arg, f"must be a finite number {bound}, got {value!r}", fix or f"pass a number {bound}")

@@ -22,7 +22,6 @@ for every claim, its threshold and the range of values measured.
 """
 
 import json
-import math
 import os
 
 from grpo_edu import _checks
@@ -52,7 +51,7 @@ def check_claim(statement, value, *, at_least=None, at_most=None):
     else:
         if hasattr(value, "item"):                       # a 0-d tensor or numpy number
             value = value.item()
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not _checks.is_finite_number(value):
             _checks.fail("value", f"must be a finite number or a bool, got {value!r}",
                          "pass the measured quantity the claim is about")
         if at_least is None and at_most is None:

@@ -67,10 +67,8 @@ class ReplaySample:
                 _checks.fail(name, f"must be a string, got {type(getattr(self, name)).__name__}",
                              "store the text exactly as the model saw or wrote it")
         for name in ("advantage", "reward"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                _checks.fail(name, f"must be a finite number, got {value!r}", "store the number the step computed")
-            object.__setattr__(self, name, float(value))
+            value = _checks.finite_float(name, getattr(self, name), fix="store the number the step computed")
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_dict(cls, data):
@@ -99,10 +97,8 @@ class ReplayBuffer:
 
     def __init__(self, capacity, *, path=None, min_advantage=0.0, top_fraction=0.5, seed=None):
         self.capacity = _checks.positive_int("capacity", capacity)
-        if isinstance(min_advantage, bool) or not isinstance(min_advantage, (int, float)) \
-                or not math.isfinite(min_advantage):
-            _checks.fail("min_advantage", f"must be a finite number, got {min_advantage!r}", "pass e.g. 0.0 (the source: Â > 0)")
-        self.min_advantage = float(min_advantage)
+        self.min_advantage = _checks.finite_float("min_advantage", min_advantage,
+                                                  fix="pass e.g. 0.0 (the source: Â > 0)")
         if not (isinstance(top_fraction, (int, float)) and 0 < top_fraction <= 1):
             _checks.fail("top_fraction", f"must be in (0, 1], got {top_fraction!r}", "pass e.g. 0.5 (the source: 0.3–0.5)")
         self.top_fraction = float(top_fraction)
