@@ -12,7 +12,8 @@ A checkpoint folder holds:
   own by ``from_pretrained`` (so ``grpo-edu eval`` can score it);
 * ``trainer_state.safetensors``: the optimizer's moment tensors and the RNG states;
 * ``trainer_state.json``: the step, the run's id and GRPOConfig, the optimizer's
-  hyper-parameters, and the metrics logged so far.
+  hyper-parameters, the metrics logged so far, and the replay buffer (its samples and RNG
+  state) when the run keeps one.
 
 No pickle anywhere. Writing is atomic: the folder is written under a temporary name and
 renamed into place, and ``latest.json`` is replaced in one ``os.replace``. A run killed
@@ -218,8 +219,11 @@ def _unflatten_optimizer(tensors, meta):
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, config, metrics, run_id, keep=2):
+def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, config, metrics, run_id, keep=2,
+                    replay=None):
     """Write ``output_dir/checkpoint-{step:06d}`` atomically, point latest.json at it, rotate.
+
+    ``replay``: the replay buffer's saved state (JSON data), stored in trainer_state.json.
 
     Rotation keeps the newest ``keep`` checkpoints *of this run* (same ``run_id``) up to
     ``step``; nothing else in the folder is touched. A failed write (disk full) removes its
@@ -239,7 +243,8 @@ def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, confi
         tensors.update({f"rng.{k}": v.cpu() for k, v in rng.items()})
         save_file(tensors, tmp / "trainer_state.safetensors")
         _write_json(tmp / "trainer_state.json", {"step": step, "run_id": run_id, "config": config.to_dict(),
-                                                 "optimizer": optim_meta, "metrics": metrics})
+                                                 "optimizer": optim_meta, "metrics": metrics,
+                                                 **({"replay": replay} if replay is not None else {})})
         if final.exists():   # re-saving a step: the old copy goes only once the new one is complete
             os.replace(final, old)
         os.replace(tmp, final)

@@ -82,6 +82,23 @@ class GRPOConfig:
     seed: int = 0
     """Seeds data order, sampling and the reference copy: same seed, same run (on CPU)."""
 
+    replay_ratio: float = 0.0
+    """Share of each step's training samples replayed from the buffer (lesson 06): 0.3 = 7 new : 3 replayed
+    (the source's default; 0.1–0.5 advised). 0 = no replay, and training is exactly what it is without a buffer."""
+    replay_capacity: int = 10_000
+    """Most samples the replay buffer holds (the lowest advantage, then the oldest, leave first)."""
+    replay_path: str | None = None
+    """Buffer file (.jsonl or .sqlite/.db) that outlives the run; None keeps the buffer in memory. With a path
+    the buffer is filled even at replay_ratio 0, so one run can fill it for a later run to replay."""
+    replay_top_fraction: float = 0.5
+    """Of each step's completions, only the top fraction by advantage may enter the buffer (source: 0.3–0.5)."""
+    replay_min_advantage: float = 0.0
+    """Only completions with advantage above this may enter the buffer (source: Â > 0)."""
+    replay_refresh_every: int = 0
+    """Every this many steps drop buffer samples older than replay_max_age steps (source: 10–20); 0 = never."""
+    replay_max_age: int | None = None
+    """Age in steps beyond which a refresh drops a sample; needed when replay_refresh_every > 0."""
+
     eval_size: int = 500
     """Held-out prompts scored before and after training (sampling at temperature 1); 0 skips."""
     eval_every: int = 0
@@ -116,12 +133,42 @@ class GRPOConfig:
             _checks.positive_int(name, getattr(self, name), minimum=0)
         for name, allowed in CHOICES.items():
             _checks.choice(name, getattr(self, name), allowed)
+        self._check_replay()
         if self.checkpoint_every and not self.output_dir:
             _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
                          "pass output_dir=… (a folder), or checkpoint_every=0")
         # batch_size, G, the stop conditions and micro-batching are checked by the schedule
         # itself; the real dataset size is checked again once the prompts are loaded.
         self.schedule(dataset_size=self.batch_size)
+
+    @property
+    def uses_replay_buffer(self):
+        """True when the run keeps a replay buffer: it replays from it, or fills a file for a later run."""
+        return self.replay_ratio > 0 or self.replay_path is not None
+
+    def _check_replay(self):
+        if isinstance(self.replay_ratio, bool) or not _checks.is_finite_number(self.replay_ratio) \
+                or not 0 <= self.replay_ratio < 1:
+            _checks.fail("replay_ratio", f"must be in [0, 1), got {self.replay_ratio!r}",
+                         "pass the share of replayed samples in a step, e.g. 0.3 (7 new : 3 replayed), or 0 for none")
+        if 0 < self.replay_ratio and not 0.1 <= self.replay_ratio <= 0.5:
+            warnings.warn(f"replay_ratio={self.replay_ratio}: outside 10–50 % replay either does little (below) or "
+                          "slows learning the new data (above); the source's default is 0.3", stacklevel=4)
+        _checks.positive_int("replay_capacity", self.replay_capacity)
+        if not (_checks.is_finite_number(self.replay_top_fraction) and 0 < self.replay_top_fraction <= 1):
+            _checks.fail("replay_top_fraction", f"must be in (0, 1], got {self.replay_top_fraction!r}",
+                         "pass e.g. 0.5 (the source: 0.3–0.5)")
+        _checks.finite_float("replay_min_advantage", self.replay_min_advantage, fix="pass e.g. 0.0 (the source: Â > 0)")
+        _checks.positive_int("replay_refresh_every", self.replay_refresh_every, minimum=0)
+        if self.replay_max_age is not None:
+            _checks.positive_int("replay_max_age", self.replay_max_age, minimum=0)
+        if self.replay_refresh_every and self.replay_max_age is None:
+            _checks.fail("replay_max_age", "is not set but replay_refresh_every asks for refreshes",
+                         "pass replay_max_age=… (in steps, e.g. 100), or replay_refresh_every=0")
+        if self.replay_path is not None:
+            from grpo_edu.replay import check_path
+
+            check_path(self.replay_path, arg="replay_path")
 
     def schedule(self, dataset_size):
         """The run's :class:`~grpo_edu.schedule.TrainingSchedule` for ``dataset_size`` prompts."""

@@ -184,14 +184,49 @@ class ReplayBuffer:
         self._persist(added=[], removed=old)
         return len(old)
 
+    def last_round(self):
+        """The highest round stored (0 when empty): a reopened buffer's rounds continue from here."""
+        return max((e.round for e in self._entries.values()), default=0)
+
+    # --- saving the exact state (for a trainer's checkpoint) ---------------------------------
+    def state(self):
+        """Everything that decides what the buffer does next, as JSON-able data: its contents
+        (seq, round and the four fields of each sample), the next seq and its RNG state."""
+        version, internal, gauss = self.rng.getstate()
+        return {"format": FORMAT, "next_seq": self._next_seq, "rng": [version, list(internal), gauss],
+                "entries": [[e.seq, e.round, *(getattr(e.sample, f) for f in FIELDS)]
+                            for e in sorted(self._entries.values(), key=lambda e: e.seq)]}
+
+    def load_state(self, state):
+        """Make the buffer exactly what ``state()`` returned, in memory and in its file.
+
+        Returns how many stored samples were not in ``state`` (removed: e.g. added by steps after
+        the checkpoint being resumed, which the resumed run will add again).
+        """
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            _checks.fail("state", "is not a saved replay-buffer state", "pass what ReplayBuffer.state() returned")
+        entries = {}
+        for seq, rnd, *values in state["entries"]:
+            sample = ReplaySample(**dict(zip(FIELDS, values)))
+            entries[seq] = _Entry(sample.advantage, rnd, seq, sample)
+        if len(entries) > self.capacity:
+            _checks.fail("capacity", f"is {self.capacity} but the saved state holds {len(entries)} samples",
+                         f"use capacity ≥ {len(entries)}")
+        def same(a, b):
+            return a is not None and b is not None and a == b and a.sample == b.sample
+        removed = [seq for seq, e in self._entries.items() if not same(e, entries.get(seq))]
+        added = [e for seq, e in entries.items() if not same(e, self._entries.get(seq))]
+        self._entries = entries
+        self._next_seq = state["next_seq"]
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self._persist(added=added, removed=removed)
+        return len(removed)
+
     # --- storage ----------------------------------------------------------------------
     def _open(self):
+        check_path(self.path)
         suffix = self.path.suffix.lower()
-        if suffix != ".jsonl" and suffix not in SQLITE_SUFFIXES:
-            _checks.fail("path", f"{self.path} has the extension {suffix or '(none)'!r}",
-                         "use .jsonl (a text file) or .sqlite/.db (SQLite), or path=None to keep the buffer in memory")
-        if self.path.is_dir():
-            _checks.fail("path", f"{self.path} is a folder", "name a file inside it, e.g. replay.sqlite")
         if suffix == ".jsonl":
             if self.path.exists():
                 self._load_entries(_read_jsonl(self.path))
@@ -244,6 +279,18 @@ class ReplayBuffer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def check_path(path, *, arg="path"):
+    """Refuse a buffer path this module cannot store to (a wrong extension, a folder), before any work."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix != ".jsonl" and suffix not in SQLITE_SUFFIXES:
+        _checks.fail(arg, f"{path} has the extension {suffix or '(none)'!r}",
+                     "use .jsonl (a text file) or .sqlite/.db (SQLite), or None to keep the buffer in memory")
+    if path.is_dir():
+        _checks.fail(arg, f"{path} is a folder", "name a file inside it, e.g. replay.sqlite")
+    return path
 
 
 def read_file(path):

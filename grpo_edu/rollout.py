@@ -197,3 +197,61 @@ def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens,
         with torch.no_grad():
             entropy = -(logp_all.exp() * logp_all).sum(-1)                      # H(π(·|q, o_<t)), (N, T)
     return logprobs, entropy
+
+
+def answer_token_ids(tokenizer, text):
+    """The tokens of a completion's text, ``<eos>`` excluded: how a stored answer is turned back
+    into the tokens the model is scored on."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def rollout_from_text(tokenizer, prompts, completions, *, device=None):
+    """A :class:`Rollout` of given (prompt, completion text) pairs, each completion ending in ``<eos>``.
+
+    This is how replayed samples are scored: their stored answer is tokenized again and
+    ``<eos>`` appended, so a replayed row has exactly the layout of a sampled one (left-padded
+    prompt, completion then pad). ``logprobs`` is left at 0: the caller decides what π_θold is.
+    One row per pair, so ``num_generations`` is 1.
+    """
+    if len(prompts) != len(completions) or not prompts:
+        _checks.fail("completions", f"has {len(completions)} texts for {len(prompts)} prompts",
+                     "pass one completion per prompt, at least one")
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
+    answers = [answer_token_ids(tokenizer, text) + [eos] for text in completions]
+    T = max(len(a) for a in answers)
+    completion_ids = torch.full((len(answers), T), pad, dtype=torch.long)                # (N, T)
+    completion_mask = torch.zeros((len(answers), T), dtype=torch.long)                   # (N, T)
+    for i, ids in enumerate(answers):
+        completion_ids[i, :len(ids)] = torch.tensor(ids)
+        completion_mask[i, :len(ids)] = 1
+    device = device or completion_ids.device
+    return Rollout(prompts=list(prompts), num_generations=1, prompt_ids=enc["input_ids"].to(device),
+                   prompt_mask=enc["attention_mask"].to(device), completion_ids=completion_ids.to(device),
+                   completion_mask=completion_mask.to(device),
+                   logprobs=torch.zeros(completion_ids.shape, device=device), completions=list(completions))
+
+
+def concat_rollouts(first, second, *, pad_token_id):
+    """The rows of ``first`` then ``second`` in one :class:`Rollout`: prompts padded on the left and
+    completions on the right to the longer of the two. ``num_generations`` is ``first``'s (its
+    rows keep the b·G + g layout; ``second``'s rows follow them)."""
+    def pad(t, width, value, left):
+        extra = width - t.shape[1]
+        if extra == 0:
+            return t
+        fill = torch.full((t.shape[0], extra), value, dtype=t.dtype, device=t.device)
+        return torch.cat([fill, t] if left else [t, fill], dim=1)
+
+    P = max(first.prompt_ids.shape[1], second.prompt_ids.shape[1])
+    T = max(first.completion_ids.shape[1], second.completion_ids.shape[1])
+
+    def both(name, width, value, left):
+        return torch.cat([pad(getattr(r, name), width, value, left) for r in (first, second)], dim=0)
+
+    return Rollout(prompts=first.prompts + second.prompts, num_generations=first.num_generations,
+                   prompt_ids=both("prompt_ids", P, pad_token_id, True), prompt_mask=both("prompt_mask", P, 0, True),
+                   completion_ids=both("completion_ids", T, pad_token_id, False),
+                   completion_mask=both("completion_mask", T, 0, False), logprobs=both("logprobs", T, 0.0, False),
+                   completions=first.completions + second.completions)

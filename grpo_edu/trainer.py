@@ -5,11 +5,13 @@
         2. sample G completions each with π_θold            (rollout.generate)
         3. score them                                       (rewards.compute_rewards)
         4. Â = group-relative advantages                    (advantages.group_advantages)
+           with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
         5. log π_ref of the completions, if β > 0           (rollout.completion_logprobs)
         6. this step's learning rate                        (schedule.learning_rate_at)
            for each of num_iterations inner updates (DeepSeekMath's μ):
                for each micro-batch: loss = grpo_loss(…); backward   (gradient accumulation)
                clip the gradient; optimizer step
+        7. with a buffer: offer this step's answers to it   (replay.ReplayBuffer.add)
 
 The trainer computes no formula itself: each line above calls the module that owns it.
 
@@ -19,6 +21,21 @@ With num_iterations = 1 the policy that sampled is the policy being updated, so 
 current log-prob (ratio exactly 1, as in TRL); with more than one the sampler's own log-probs serve
 as π_θold (TRL recomputes them with an extra forward pass; on CPU in float32 the two agree
 to ~1e-6).
+
+Replay (lesson 06, ``replay_ratio`` > 0): a step trains on its N = B·G fresh completions plus
+k = replay_ratio·N/(1 − replay_ratio) samples drawn from the buffer *before* this step's answers
+are offered to it (so a step never replays its own answers). A replayed sample is scored on
+its stored answer, tokenized again with ``<eos>`` appended, with its stored advantage. Its π_θold
+is the policy at the start of this step, not the older policy that sampled it: the buffer
+keeps only the four fields of the source (no log-probs), and the sampler's stale log-probs
+would put most replayed tokens' ratios outside [1 − ε, 1 + ε], where clipping zeroes their
+gradient. So with μ = 1 the ratio is exactly 1 and a replayed sample adds
+−Â·∇log π_θ(answer): an advantage-weighted log-likelihood of the model's own past good
+answers, which is closer to supervised fine-tuning on them than to on-policy RL, with an
+advantage that is stale (computed under an older policy, within another group). Only
+answers that ended with ``<eos>`` and tokenize back to the same tokens are offered, so a
+replayed row has exactly the format of a fresh one. A buffer's rounds are steps, continuing
+from the last round already in a reopened buffer file.
 
 A step counts only once its update is done: a step stopped by an error (a reward function's)
 or by Jupyter's Stop button runs again, with the same samples, at the next ``step()`` or
@@ -42,8 +59,10 @@ from grpo_edu.config import GRPOConfig
 from grpo_edu.evaluation import evaluate
 from grpo_edu.losses import grpo_loss
 from grpo_edu.models import load_model_and_tokenizer, pick_device
+from grpo_edu.replay import ReplayBuffer, ReplaySample
 from grpo_edu.rewards import compute_rewards
-from grpo_edu.rollout import check_prompts, completion_logprobs, generate
+from grpo_edu.rollout import (answer_token_ids, check_prompts, completion_logprobs, concat_rollouts, generate,
+                              rollout_from_text)
 from grpo_edu.schedule import learning_rate_at
 from grpo_edu.tasks import get_task, load_prompts
 
@@ -76,6 +95,12 @@ class GRPOTrainer:
                         config.num_generations, weights=reward_weights)
         if config.output_dir:
             run_folder.check_output_dir(config.output_dir)             # a file there fails now, not at the end
+        self.replay_buffer, self._round_offset = None, 0
+        if config.uses_replay_buffer:                                  # a bad buffer file fails now, unchanged
+            self.replay_buffer = ReplayBuffer(config.replay_capacity, path=config.replay_path,
+                                              min_advantage=config.replay_min_advantage,
+                                              top_fraction=config.replay_top_fraction, seed=config.seed)
+            self._round_offset = self.replay_buffer.last_round()       # rounds continue a reopened file's
 
         self.device = pick_device(config.device)
         if model is None:
@@ -140,12 +165,17 @@ class GRPOTrainer:
             rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions,
                                                    c.num_generations, weights=self.reward_weights)  # 3. R, (B, G)
             advantages = group_advantages(rewards, scale=c.scale).reshape(-1)            # 4. Â, (N,)
-            ref_logprobs = self._ref_logprobs(rollout)                                   # 5. log π_ref, (N, T)
+            batch, batch_advantages = self._with_replayed(rollout, advantages)           #    + replayed rows
+            ref_logprobs = self._ref_logprobs(batch)                                     # 5. log π_ref, (N', T)
             self._set_learning_rate(step)                                                # 6. lr of this step,
-            update = self._update(rollout, advantages.to(self.device), ref_logprobs)     #    then the updates
+            update = self._update(batch, batch_advantages.to(self.device), ref_logprobs)  #    then the updates
+            replay = self._offer_to_buffer(step, rollout, rewards, advantages)           # 7. into the buffer
         self.step_count = step
 
         metrics = self._metrics(rows, rollout, rewards, update)
+        if replay is not None:
+            metrics.update(replay_share=(batch.completion_ids.shape[0] - rollout.completion_ids.shape[0])
+                           / batch.completion_ids.shape[0], **replay)
         metrics.update(reward_info, seconds=time.perf_counter() - t0)
         self.history.append(metrics)
         for callback in self.callbacks:
@@ -164,11 +194,14 @@ class GRPOTrainer:
         """On an error or a Stop (KeyboardInterrupt), rewind the sampler so that the next
         ``step()`` runs the same step again with the same draws."""
         sampler_state = self.generator.get_state()
+        buffer_rng = self.replay_buffer.rng.getstate() if self.replay_buffer is not None else None
         self._updates_done = 0
         try:
             yield
         except BaseException:
             self.generator.set_state(sampler_state)
+            if buffer_rng is not None:
+                self.replay_buffer.rng.setstate(buffer_rng)
             self.optimizer.zero_grad(set_to_none=True)
             if self._updates_done:
                 warnings.warn(f"step {self.step_count + 1} was interrupted after {self._updates_done} of its "
@@ -186,6 +219,59 @@ class GRPOTrainer:
                                generator=self.generator)
         self.model.train()
         return rollout
+
+    # --- replay ----------------------------------------------------------------------------
+    def _with_replayed(self, rollout, advantages):
+        """The step's training rows: the fresh ``rollout`` plus replayed samples, and their advantages.
+
+        k = replay_ratio·N/(1 − replay_ratio) samples (fewer while the buffer holds fewer) are
+        drawn before this step's answers are offered. π_θold of a replayed row is the policy at
+        the start of this step (the module docstring says why): with μ = 1 the loss takes the
+        detached current log-probs anyway; with μ > 1 they are computed here, once, before any update.
+        """
+        c = self.config
+        if not c.replay_ratio:
+            return rollout, advantages
+        N = rollout.completion_ids.shape[0]
+        replayed = self.replay_buffer.sample(self.replay_buffer.replay_count(N, c.replay_ratio))
+        if not replayed:
+            return rollout, advantages
+        extra = rollout_from_text(self.tokenizer, [s.question for s in replayed], [s.answer for s in replayed],
+                                  device=self.device)
+        if c.num_iterations > 1:
+            with torch.no_grad(), self._autocast():
+                extra.logprobs, _ = completion_logprobs(self.model, extra.input_ids, extra.attention_mask,
+                                                        extra.completion_ids.shape[1], temperature=c.temperature)
+            extra.logprobs = extra.logprobs * extra.completion_mask
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        batch = concat_rollouts(rollout, extra, pad_token_id=pad)
+        stored = torch.tensor([s.advantage for s in replayed], dtype=advantages.dtype, device=advantages.device)
+        return batch, torch.cat([advantages, stored])                                   # (N + k,)
+
+    def _offer_to_buffer(self, step, rollout, rewards, advantages):
+        """Offer this step's finished answers to the buffer (it admits the good ones); refresh it when due.
+
+        Returns the step's replay metrics, or None without a buffer.
+        """
+        c, buffer = self.config, self.replay_buffer
+        if buffer is None:
+            return None
+        eos, G = self.tokenizer.eos_token_id, rollout.num_generations
+        rewards = rewards.reshape(-1)
+        offered = []
+        for i, text in enumerate(rollout.completions):
+            ids = rollout.completion_ids[i, :int(rollout.lengths[i])].tolist()
+            if not ids or ids[-1] != eos:
+                continue                                   # cut at max_completion_length: not a finished answer
+            if answer_token_ids(self.tokenizer, text) != ids[:-1]:
+                continue                                   # would not replay as the same tokens
+            offered.append(ReplaySample(rollout.prompts[i // G], text, float(advantages[i]), float(rewards[i])))
+        round_ = self._round_offset + step
+        admitted = buffer.add(offered, round=round_)
+        dropped = 0
+        if c.replay_refresh_every and step % c.replay_refresh_every == 0:
+            dropped = buffer.refresh(round_, c.replay_max_age)
+        return {"replay_buffer_size": len(buffer), "replay_admitted": admitted, "replay_dropped": dropped}
 
     def _ref_logprobs(self, rollout):
         """log π_ref of every completion token, (N, T); None when β = 0 (no reference model)."""
@@ -357,9 +443,29 @@ class GRPOTrainer:
             path, _ = ckpt.save_checkpoint(self.config.output_dir, self.step_count, model=self.model,
                                            tokenizer=self.tokenizer, optimizer=self.optimizer, rng=rng,
                                            config=self.config, run_id=self.run_id,
-                                           metrics={"history": self.history, "evals": self.evals})
+                                           metrics={"history": self.history, "evals": self.evals},
+                                           replay=self._replay_state())
         self._saved = (self.step_count, len(self.evals))
         return path
+
+    def _replay_state(self):
+        if self.replay_buffer is None:
+            return None
+        return {"buffer": self.replay_buffer.state(), "round_offset": self._round_offset}
+
+    def _restore_replay(self, saved, folder):
+        """Put the buffer back as it was at the checkpoint: a file written past it is rolled back."""
+        if self.replay_buffer is None:
+            return
+        if saved is None:
+            _checks.fail("resume_from", f"{folder} was saved without a replay buffer",
+                         "resume with the checkpoint's replay settings")
+        removed = self.replay_buffer.load_state(saved["buffer"])
+        self._round_offset = saved["round_offset"]
+        if removed and self.config.replay_path:
+            warnings.warn(f"replay_path: {self.config.replay_path} held {removed} samples that the checkpoint's "
+                          f"buffer does not (added after step {self.step_count}); the file now holds the checkpoint's "
+                          "buffer, and the resumed steps add their samples again", stacklevel=3)
 
     def load_checkpoint(self, path):
         """Restore weights, optimizer, RNG states and logs; refuse an incompatible config.
@@ -391,6 +497,7 @@ class GRPOTrainer:
         self.generator.set_state(rng["sampling"].to(self.generator.get_state().device))
         torch.set_rng_state(rng["torch_cpu"])
         self.step_count = state["step"]
+        self._restore_replay(state.get("replay"), folder)
         self.history = state["metrics"]["history"]
         self.evals = state["metrics"]["evals"]
         self.run_id = state.get("run_id") or self.run_id

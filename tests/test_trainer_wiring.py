@@ -9,6 +9,7 @@ even when every module is right.
 """
 
 import copy
+import math
 
 import pytest
 import torch
@@ -257,3 +258,107 @@ def test_eval_every_scores_the_weights_of_that_step(monkeypatch, random_model, c
     for step in (2, 4, 5):
         assert at_eval[step] == after_step[step]
     assert at_eval[2] != at_eval[4]
+
+
+# --- replay (lesson 06) ---------------------------------------------------------------------
+def _filled(t, answers, advantages):
+    """Put samples "<prompt of ROWS[i]> → answer" with the given advantages in t's buffer."""
+    from grpo_edu.replay import ReplaySample
+
+    samples = [ReplaySample(ROWS[i]["prompt"], a, adv, 1.0) for i, (a, adv) in enumerate(zip(answers, advantages))]
+    assert t.replay_buffer.add(samples, round=0) == len(samples)
+    return {(s.question, s.answer): s.advantage for s in samples}
+
+
+def _replayed_rows(batch, N, tok, stored):
+    """The rows after the N fresh ones: their text, checked against the tokens they hold."""
+    eos = tok.eos_token_id
+    keys = []
+    for i in range(N, batch.completion_ids.shape[0]):
+        ids = batch.completion_ids[i][batch.completion_mask[i].bool()].tolist()
+        answer = "".join(tok.convert_ids_to_tokens(ids[:-1]))
+        assert ids[-1] == eos                                              # the stored answer, then <eos>
+        keys.append((tok.decode(batch.prompt_ids[i], skip_special_tokens=True), answer))
+    assert sorted(keys) == sorted(stored)                                  # every stored sample, once
+    return keys
+
+
+def test_replayed_rows_are_scored_on_their_stored_answer_with_their_stored_advantage(
+        monkeypatch, random_model, char_tokenizer):
+    """μ = 1, ratio 0.3: N = 8 fresh rows + k = round(0.3·8/0.7) = 3 replayed. The gradient is
+    grpo_loss over all 11 rows, the replayed ones with their stored Â and ratio 1."""
+    start = copy.deepcopy(random_model)
+    t, seen = _spied_trainer(monkeypatch, random_model, char_tokenizer, replay_ratio=0.3, replay_top_fraction=1.0)
+    stored = _filled(t, ["57", "1", "123"], [1.5, 0.25, 2.0])
+    batches = []
+    concat = trainer_module.concat_rollouts
+    monkeypatch.setattr(trainer_module, "concat_rollouts", lambda *a, **k: batches.append(concat(*a, **k)) or batches[-1])
+    m = t.step()
+    batch, rollout = batches[0], seen["rollouts"][0]
+    N = rollout.completion_ids.shape[0]
+    assert N == 8 and batch.completion_ids.shape[0] == 11 and m["replay_share"] == 3 / 11
+    keys = _replayed_rows(batch, N, char_tokenizer, stored)
+    fresh_adv, _ = _advantages(rollout, char_tokenizer)
+    adv = torch.cat([fresh_adv, torch.tensor([stored[k] for k in keys])])
+    torch.testing.assert_close(seen["advantages"][0], adv, atol=1e-5, rtol=1e-5)
+    # the expected update, by hand: all rows share the prompt length, so no left padding
+    policy = _with_params(start, seen["params"][0])
+    lp = _logprobs(policy, batch)
+    with torch.no_grad():
+        ref_lp = _logprobs(start, batch)
+    loss, _ = grpo_loss(lp, lp.detach(), adv, batch.completion_mask.float(), ref_logprobs=ref_lp,
+                        beta=t.config.beta, epsilon=t.config.epsilon)
+    loss.backward()
+    assert m["loss"] == pytest.approx(loss.item(), abs=1e-6)
+    _assert_grads_close(seen["grads"][0], [p.grad for p in policy.parameters()])
+
+
+def test_with_mu2_a_replayed_rows_pi_old_is_the_policy_at_the_start_of_the_step(
+        monkeypatch, random_model, char_tokenizer):
+    """Fresh rows keep the sampler's log-probs as π_θold; replayed rows get the policy's log-probs
+    taken once before the first update (so their first ratio is 1), the same for both updates."""
+    start = copy.deepcopy(random_model)
+    t, seen = _spied_trainer(monkeypatch, random_model, char_tokenizer, replay_ratio=0.3, replay_top_fraction=1.0,
+                             num_iterations=2)
+    stored = _filled(t, ["57", "1", "123"], [1.5, 0.25, 2.0])
+    olds, batches = [], []
+    loss_fn, concat = trainer_module.grpo_loss, trainer_module.concat_rollouts
+    monkeypatch.setattr(trainer_module, "grpo_loss", lambda lp, old, *a, **k: olds.append(old.clone()) or loss_fn(lp, old, *a, **k))
+    monkeypatch.setattr(trainer_module, "concat_rollouts", lambda *a, **k: batches.append(concat(*a, **k)) or batches[-1])
+    t.step()
+    batch, rollout = batches[0], seen["rollouts"][0]
+    N = rollout.completion_ids.shape[0]
+    _replayed_rows(batch, N, char_tokenizer, stored)
+    with torch.no_grad():
+        expected = _logprobs(start, batch) * batch.completion_mask
+    assert len(olds) == 2 and torch.equal(olds[0], olds[1])
+    torch.testing.assert_close(olds[0][N:], expected[N:], atol=1e-6, rtol=1e-5)
+    T = rollout.completion_ids.shape[1]
+    torch.testing.assert_close(olds[0][:N, :T], rollout.logprobs)
+
+
+def test_only_finished_answers_in_the_top_fraction_with_positive_advantage_are_offered(
+        monkeypatch, random_model, char_tokenizer):
+    """A random model often runs out of tokens: those completions (no <eos>) never enter the buffer;
+    what enters is a finished answer with Â > 0 among the top half of the step's finished answers."""
+    t, seen = _spied_trainer(monkeypatch, random_model, char_tokenizer, replay_ratio=0.3, batch_size=4,
+                             max_completion_length=2)
+    t.reward_funcs = [lambda prompts, completions, **kw: [int(p[0]) - len(c) for p, c in zip(prompts, completions)]]
+    offered = []
+    add = t.replay_buffer.add
+    monkeypatch.setattr(t.replay_buffer, "add", lambda samples, round: offered.append(list(samples)) or add(samples, round=round))
+    m = t.step()
+    rollout = seen["rollouts"][0]
+    prompts = _prompt_of_rows(rollout, char_tokenizer)
+    rewards = torch.tensor([int(p[0]) - len(c) for p, c in zip(prompts, rollout.completions)], dtype=torch.float)
+    adv = torch.cat([(r - r.mean()) / (r.std() + 1e-4) for r in rewards.view(4, -1)])   # rows b·G + g
+    eos = char_tokenizer.eos_token_id
+    finished = [i for i, ids in enumerate(rollout.completion_ids.tolist()) if eos in ids]
+    assert 0 < len(finished) < rollout.completion_ids.shape[0]           # both kinds occur
+    assert [(s.answer, round(s.advantage, 4)) for s in offered[0]] == \
+        [(rollout.completions[i], round(float(adv[i]), 4)) for i in finished]
+    k = math.ceil(0.5 * len(finished))
+    top = sorted(float(adv[i]) for i in finished)[-k:]
+    stored = t.replay_buffer.samples()
+    assert stored and all(s.advantage > 0 and s.advantage >= top[0] - 1e-6 for s in stored)
+    assert m["replay_admitted"] == len(stored) == m["replay_buffer_size"] and m["replay_share"] == 0.0
