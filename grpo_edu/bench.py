@@ -51,12 +51,12 @@ def _report(name, t0, step_times, tokens, first_step_end):
             "peak_rss_mib": _peak_rss_mib()}
 
 
-def child_grpo_edu(t0, steps, warmup):
+def child_grpo_edu(t0, steps, warmup, settings=SETTINGS, name="grpo_edu"):
     from grpo_edu.config import GRPOConfig
     from grpo_edu.trainer import GRPOTrainer
 
     total = steps + warmup
-    trainer = GRPOTrainer(GRPOConfig(**SETTINGS, total_training_steps=total, eval_size=0))
+    trainer = GRPOTrainer(GRPOConfig(**settings, total_training_steps=total, eval_size=0))
     times, tokens, first_end = [], 0, None
     for i in range(total):
         start = time.perf_counter()
@@ -66,8 +66,100 @@ def child_grpo_edu(t0, steps, warmup):
             first_end = time.time()
         if i >= warmup:
             times.append(end - start)
-            tokens += m["completion_length"] * SETTINGS["batch_size"] * SETTINGS["num_generations"]
-    return _report("grpo_edu", t0, times, tokens, first_end)
+            tokens += m["completion_length"] * settings["batch_size"] * settings["num_generations"]
+    return _report(name, t0, times, tokens, first_end)
+
+
+# --- replay (grpo-edu bench --replay) ---------------------------------------------------------
+REPLAY_SETTINGS = dict(batch_size=16, num_generations=8, max_completion_length=4, learning_rate=1e-9, seed=0)
+"""The course's default step (16 prompts × G = 8, ≤ 4 new tokens), with the constant-work learning rate."""
+FULL_BUFFER = 10_000
+"""Samples in the buffer when it is timed: the source's cap, so every add also evicts."""
+
+
+def _full_buffer(path, seed=0):
+    """A buffer of FULL_BUFFER addition samples (right answers with random positive advantages)."""
+    import random
+
+    from grpo_edu.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.tasks import get_task
+
+    rows, rng = get_task("addition").split("train"), random.Random(seed)
+    buffer = ReplayBuffer(FULL_BUFFER, path=path, top_fraction=1.0, seed=seed)
+    for start in range(0, FULL_BUFFER, 1000):
+        buffer.add([ReplaySample(r["prompt"], r["answer"], rng.uniform(0.1, 2.0), 1.0)
+                    for r in rows[start % len(rows):][:1000]], round=start // 1000)
+    return buffer
+
+
+def child_replay_step(t0, steps, warmup):
+    """The trainer at replay_ratio 0.3, replaying from a full SQLite buffer (evictions on every add)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="grpo_edu_bench_"), "buffer.sqlite")
+    _full_buffer(path).close()
+    settings = dict(REPLAY_SETTINGS, replay_ratio=0.3, replay_path=path, replay_capacity=FULL_BUFFER)
+    return child_grpo_edu(t0, steps, warmup, settings, name="replay 0.3")
+
+
+def child_plain_step(t0, steps, warmup):
+    return child_grpo_edu(t0, steps, warmup, REPLAY_SETTINGS, name="no replay")
+
+
+def child_plain_same_rows(t0, steps, warmup):
+    """No replay, but 23 prompts × G = 8 = 184 rows: about as many as 128 fresh + 55 replayed, so the
+    ratio to this step is the replay machinery's own cost (the rest is training on more rows)."""
+    return child_grpo_edu(t0, steps, warmup, dict(REPLAY_SETTINGS, batch_size=23), name="no replay, 184 rows")
+
+
+def buffer_timings(repeats=20, seed=0):
+    """Milliseconds (median over ``repeats``) of one step's ``add`` (128 completions offered, top half
+    with Â > 0 admitted, each evicting) and of ``sample(64)``, on a full buffer per storage."""
+    import random
+
+    from grpo_edu.replay import ReplaySample
+
+    rng = random.Random(seed)
+    rows = [f"{a}+{b}=" for a in range(10, 100) for b in range(10, 100)]
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for storage in ("memory", "sqlite", "jsonl"):
+            path = None if storage == "memory" else os.path.join(folder, f"buffer.{storage}")
+            buffer = _full_buffer(path, seed)
+            adds, samples = [], []
+            for r in range(repeats):
+                offered = [ReplaySample(q, "99", rng.gauss(0, 1), 1.0) for q in rng.sample(rows, 128)]
+                start = time.perf_counter()
+                buffer.add(offered, round=100 + r)
+                adds.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                buffer.sample(64)
+                samples.append(time.perf_counter() - start)
+            buffer.close()
+            results[storage] = {"add_ms": 1000 * statistics.median(adds), "sample64_ms": 1000 * statistics.median(samples),
+                                "stored": len(buffer)}
+    return results
+
+
+def replay_main(args):
+    print(f"replay buffer at {FULL_BUFFER} samples: one step's add (128 offered) and sample(64), "
+          "median of 20 (milliseconds)")
+    for storage, r in buffer_timings().items():
+        print(f"  {storage:7} add {r['add_ms']:8.2f} ms   sample(64) {r['sample64_ms']:6.2f} ms   ({r['stored']} stored)")
+    print(f"\nstep time at replay_ratio 0.3 (full SQLite buffer) against no replay: the course's default step, "
+          f"{REPLAY_SETTINGS['batch_size']} prompts × G={REPLAY_SETTINGS['num_generations']}; {args.steps} timed "
+          f"steps after {args.warmup} warm-up, {args.rounds} interleaved rounds")
+    rounds, names = [], list(REPLAY_CHILDREN)
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]          # rotate who goes first
+        rounds.append({n: _run_child(REPLAY_CHILDREN[n], args.steps, args.warmup) for n in order})
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{n} {rounds[-1][n]['median_step_s'] * 1000:.1f} ms/step" for n in names), flush=True)
+
+    def ratios(a, b):
+        return [rnd[a]["median_step_s"] / rnd[b]["median_step_s"] for rnd in rounds]
+    print(_ratio_line("replay 0.3 / no replay", ratios("replay 0.3", "no replay"), "goal ≤ 1.1×"))
+    print(_ratio_line("replay 0.3 / 184-row step", ratios("replay 0.3", "no replay, 184 rows"),
+                      "the buffer's own cost; the rest is 43 % more rows to train on"))
+    return 0
 
 
 def child_floor(t0, steps, warmup):
@@ -169,7 +261,9 @@ def child_trl(t0, steps, warmup):
     return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
 
 
-CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl}
+CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl,
+            "replay_step": child_replay_step, "plain_step": child_plain_step, "plain_184": child_plain_same_rows}
+REPLAY_CHILDREN = {"no replay": "plain_step", "replay 0.3": "replay_step", "no replay, 184 rows": "plain_184"}
 
 
 def _run_child(name, steps, warmup):
@@ -197,6 +291,8 @@ def main(argv=None):
                         help="interleaved rounds; ratios are reported as median and range over them (default 5)")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL even when installed")
     parser.add_argument("--json", metavar="FILE", help="also write every round's results as JSON")
+    parser.add_argument("--replay", action="store_true",
+                        help="time the replay buffer (add, sample at 10,000 samples) and a step at replay_ratio 0.3")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
@@ -206,6 +302,8 @@ def main(argv=None):
         t0 = float(os.environ.get("GRPO_EDU_BENCH_T0", time.time()))
         print(json.dumps(CHILDREN[args.child](t0, args.steps, args.warmup)), flush=True)
         return 0
+    if args.replay:
+        return replay_main(args)
 
     names = ["grpo_edu", "floor"]
     try:

@@ -31,6 +31,7 @@ keeps every sample whose ``add`` had returned. Reopening a file gives the same c
 corrupt file, or one written in another format, is reported and never modified.
 """
 
+import heapq
 import json
 import math
 import os
@@ -104,7 +105,8 @@ class ReplayBuffer:
         self.top_fraction = float(top_fraction)
         self.rng = random.Random(seed)
         self.path = None if path is None else Path(path)
-        self._entries = {}          # seq -> _Entry
+        self._entries = {}          # seq -> _Entry, in seq order (oldest first)
+        self._heap = []             # the same entries as a min-heap in eviction order (may hold removed ones)
         self._next_seq = 0
         self._db = None
         if self.path is not None:
@@ -116,7 +118,7 @@ class ReplayBuffer:
 
     def entries(self):
         """Every stored sample with its round, oldest first: a list of (ReplaySample, round)."""
-        return [(e.sample, e.round) for e in sorted(self._entries.values(), key=lambda e: e.seq)]
+        return [(e.sample, e.round) for e in self._entries.values()]
 
     def samples(self):
         """Every stored sample, oldest first."""
@@ -134,12 +136,14 @@ class ReplayBuffer:
         for sample in candidates:
             entry = _Entry(sample.advantage, round, self._next_seq, sample)
             if len(self._entries) >= self.capacity:
-                weakest = min(self._entries.values())            # lowest Â, then oldest round, then first added
+                weakest = self._weakest()                        # lowest Â, then oldest round, then first added
                 if sample.advantage < weakest.advantage:
                     continue                                      # weaker than everything stored
                 del self._entries[weakest.seq]
+                heapq.heappop(self._heap)
                 evicted.append(weakest.seq)
             self._entries[entry.seq] = entry
+            heapq.heappush(self._heap, entry)
             self._next_seq += 1
             added.append(entry)
         self._persist(added=added, removed=evicted)
@@ -148,7 +152,7 @@ class ReplayBuffer:
     def sample(self, n):
         """n distinct stored samples, uniformly at random (all of them, shuffled, if fewer are stored)."""
         _checks.positive_int("n", n, minimum=0)
-        pool = [e.sample for e in sorted(self._entries.values(), key=lambda e: e.seq)]
+        pool = [e.sample for e in self._entries.values()]
         return self.rng.sample(pool, min(n, len(pool)))
 
     def replay_count(self, num_new, replay_ratio):
@@ -181,6 +185,8 @@ class ReplayBuffer:
         old = [seq for seq, e in self._entries.items() if current_round - e.round > max_age]
         for seq in old:
             del self._entries[seq]
+        if old:
+            self._rebuild_heap()
         self._persist(added=[], removed=old)
         return len(old)
 
@@ -195,7 +201,7 @@ class ReplayBuffer:
         version, internal, gauss = self.rng.getstate()
         return {"format": FORMAT, "next_seq": self._next_seq, "rng": [version, list(internal), gauss],
                 "entries": [[e.seq, e.round, *(getattr(e.sample, f) for f in FIELDS)]
-                            for e in sorted(self._entries.values(), key=lambda e: e.seq)]}
+                            for e in self._entries.values()]}
 
     def load_state(self, state):
         """Make the buffer exactly what ``state()`` returned, in memory and in its file.
@@ -216,7 +222,8 @@ class ReplayBuffer:
             return a is not None and b is not None and a == b and a.sample == b.sample
         removed = [seq for seq, e in self._entries.items() if not same(e, entries.get(seq))]
         added = [e for seq, e in entries.items() if not same(e, self._entries.get(seq))]
-        self._entries = entries
+        self._entries = dict(sorted(entries.items()))
+        self._rebuild_heap()
         self._next_seq = state["next_seq"]
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
@@ -241,9 +248,20 @@ class ReplayBuffer:
                          f"reopen it with capacity ≥ {len(self._entries)}")
 
     def _load_entries(self, rows):
-        for seq, rnd, data in rows:
+        for seq, rnd, data in sorted(rows, key=lambda r: r[0]):
             self._entries[seq] = _Entry(data["advantage"], rnd, seq, ReplaySample(**data))
         self._next_seq = max(self._entries, default=-1) + 1
+        self._rebuild_heap()
+
+    def _weakest(self):
+        """The stored entry that leaves first (heap top, skipping entries removed since they were pushed)."""
+        while self._entries.get(self._heap[0].seq) is not self._heap[0]:
+            heapq.heappop(self._heap)
+        return self._heap[0]
+
+    def _rebuild_heap(self):
+        self._heap = list(self._entries.values())
+        heapq.heapify(self._heap)
 
     def _persist(self, *, added, removed):
         if self.path is None or not (added or removed):
@@ -262,7 +280,7 @@ class ReplayBuffer:
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(json.dumps({"format": FORMAT}) + "\n")
-            for e in sorted(self._entries.values(), key=lambda e: e.seq):
+            for e in self._entries.values():
                 f.write(json.dumps({"seq": e.seq, "round": e.round, **asdict(e.sample)}, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())

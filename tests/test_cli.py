@@ -154,3 +154,12 @@ def test_bench_prints_its_numbers(capsys):
     assert main(["bench", "--steps", "1", "--warmup", "0", "--rounds", "1", "--no-trl"]) == 0
     out = capsys.readouterr().out
     assert "grpo_edu" in out and "floor" in out and "s/step" in out and "start → first step" in out
+
+
+def test_bench_replay_prints_buffer_and_step_numbers(capsys):
+    assert main(["bench", "--replay", "--steps", "1", "--warmup", "0", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    for storage in ("memory", "sqlite", "jsonl"):
+        assert re.search(rf"{storage} +add +[\d.]+ ms +sample\(64\) +[\d.]+ ms +\(10000 stored\)", out), storage
+    assert re.search(r"replay 0.3 / no replay +median [\d.]+×", out)
+    assert re.search(r"replay 0.3 / 184-row step +median [\d.]+×", out)
