@@ -240,6 +240,48 @@ def _logprob_input(rng):
     return (logprobs, logprobs + rng.normal(0, 0.5, size=n))
 
 
+def _evicted_by(stored, newcomer):
+    """Fill a buffer of capacity len(stored) with (Â, round) samples, offer ``newcomer``; return what left."""
+    from grpo_edu.replay import ReplayBuffer, ReplaySample
+
+    buffer = ReplayBuffer(len(stored), top_fraction=1.0)
+    for i, (adv, rnd) in enumerate(stored):
+        buffer.add([ReplaySample(f"q{i}", "a", adv, 1.0)], round=rnd)
+    before = {s.question: (s.advantage, r) for s, r in buffer.entries()}
+    buffer.add([ReplaySample("new", "a", newcomer[0], 1.0)], round=newcomer[1])
+    after = {s.question for s, _ in buffer.entries()}
+    gone = [list(v) for q, v in before.items() if q not in after]
+    return gone[0] if gone else "none"
+
+
+def _admitted_ref(advantages, top_fraction, min_advantage):
+    """The buffer's admission rule, run on a fresh buffer: which of one add's samples get in."""
+    from grpo_edu.replay import ReplayBuffer, ReplaySample
+
+    buffer = ReplayBuffer(len(advantages) + 1, top_fraction=top_fraction, min_advantage=min_advantage)
+    buffer.add([ReplaySample(str(i), "a", float(a), 1.0) for i, a in enumerate(advantages)], round=0)
+    stored = {int(s.question) for s in buffer.samples()}
+    return np.array([i in stored for i in range(len(advantages))])
+
+
+def _admission_input(rng):
+    n = int(rng.integers(3, 17))
+    advantages = np.round(rng.normal(0, 1, size=n), 1)           # rounded: ties happen
+    return (advantages, float(rng.choice([0.3, 0.5, 1.0])), float(rng.choice([0.0, 0.5])))
+
+
+def _replay_count(num_new, replay_ratio):
+    from grpo_edu.replay import replay_count
+
+    return replay_count(num_new, replay_ratio)
+
+
+def _replay_composition(num_new, replay_ratio, buffer_size):
+    from grpo_edu.replay import replay_composition
+
+    return replay_composition(num_new, replay_ratio, buffer_size)
+
+
 EXERCISES: dict[str, Any] = {
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
@@ -264,6 +306,29 @@ EXERCISES: dict[str, Any] = {
                      "for the same run, since TRL counts optimizer updates?",
                      lambda: _trl_steps(1000, 2),
                      "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates."),
+    # lesson 06: data replay
+    "06.1": Exercise("A step has 70 new completions and replay_ratio = 0.3. How many replayed samples join them?",
+                     lambda: _replay_count(70, 0.3),
+                     "replay_ratio is the replayed share of the total: k / (70 + k) = 0.3."),
+    "06.2": Exercise("Seed 000 also says: sample replayed data equal to 30 % of the new data. With 100 new "
+                     "samples, what replay_ratio (replayed share of the total) is that? (4 decimals)",
+                     lambda: round(_replay_composition(100, 30 / 130, 10_000)["replayed share of the total"], 4),
+                     "30 replayed for 100 new: the total is 130.", tolerance=1e-4),
+    "06.3": Exercise("A full buffer of capacity 3 holds samples with (Â, round) = (0.8, 1), (0.5, 2), (0.5, 1). "
+                     "A newcomer with Â = 0.6 arrives in round 3. Which sample leaves? Answer [Â, round].",
+                     lambda: _evicted_by([(0.8, 1), (0.5, 2), (0.5, 1)], (0.6, 3)),
+                     "lowest advantage first; among equal advantages, the oldest round."),
+    "06.4": Exercise("A buffer holds 10,000 samples and each step draws 55 of them (128 new at replay_ratio 0.3). "
+                     "On average, how many steps pass between two draws of one stored sample? (1 decimal)",
+                     lambda: round(_replay_composition(128, 0.3, 10_000)["steps between draws of one stored sample"], 1),
+                     "each step draws a given sample with probability 55 / 10,000.", tolerance=0.1),
+    "06.5": CodeExercise("Write my_admitted(advantages, top_fraction, min_advantage): advantages is a numpy array "
+                         "of one step's n samples; return n booleans, True for each sample the buffer admits: "
+                         "advantage > min_advantage and among the first ⌈top_fraction · n⌉ when sorted by "
+                         "advantage, highest first (on a tie, the one offered first ranks higher).",
+                         _admitted_ref, _admission_input,
+                         "rank with a stable sort: np.argsort(-advantages, kind='stable')[:math.ceil(top_fraction * n)]; "
+                         "then also require advantages > min_advantage."),
     # lesson 02: group advantages
     "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
                      "correct answer? (4 decimals)",
@@ -383,6 +448,9 @@ PREDICTIONS: dict[str, Prediction] = {
                         choices=("zero", "not zero")),
     "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
                         "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
+    "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
+                        "from addition's notebook, what will addition's held-out accuracy be at the end of phase B "
+                        "(0–1)? It was about 0.77 before phase B.", tolerance=0.1),
     "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
                         "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
                         choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),

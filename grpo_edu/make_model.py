@@ -96,6 +96,11 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
                      hidden_size: int = 64, device: str = "cpu") -> dict:
     """Warm up a tiny Llama on ``task`` and save it (weights + tokenizer) to ``out_dir``.
 
+    ``task`` may name several tasks, comma-separated ("addition,subtraction"): their train
+    splits form one shuffled pool, the greedy check uses the mean over the tasks, and the
+    model is in band only when every task's sampled accuracy is. Lesson 06's
+    ``assets/tiny-two-tasks`` is made so (2000 steps, no early stop).
+
     The loss is cross-entropy with ``label_smoothing`` ε: the target puts 1 − ε on the
     right token and spreads ε over the whole vocabulary. The model thus learns *which*
     answer is right while staying unsure of it: its greedy answer is usually correct, but
@@ -141,7 +146,8 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
              "pass about 0.95")
     if not 0 <= label_smoothing < 1:
         fail("label_smoothing", f"must be in [0, 1), got {label_smoothing!r}", "pass about 0.2")
-    the_task = get_task(task)  # checks the name before any work
+    names = task.split(",")
+    tasks = [get_task(name) for name in names]  # checks the names before any work
 
     import torch
     from transformers import LlamaForCausalLM
@@ -151,16 +157,16 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
 
     started = time.perf_counter()
     tokenizer = build_char_tokenizer()
-    train_rows = the_task.split("train")
-    heldout_rows = the_task.split("heldout")
-    max_new_tokens = the_task.max_answer_chars + 1  # the answer, then <eos>
+    train_rows = [row for t in tasks for row in t.split("train")]       # several tasks: one mixed pool
+    heldout = {t.name: t.split("heldout") for t in tasks}
+    max_new_tokens = max(t.max_answer_chars for t in tasks) + 1  # the answer, then <eos>
     input_ids, labels = encode_for_warmup(tokenizer, train_rows)  # (R, L)
     input_ids, labels = input_ids.to(device), labels.to(device)
     attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
 
-    def greedy_accuracy(m):
-        return evaluate_accuracy(m, tokenizer, heldout_rows, the_task, temperature=0,
-                                 max_new_tokens=max_new_tokens)
+    def greedy_accuracy(m):   # the mean over the tasks
+        return sum(evaluate_accuracy(m, tokenizer, heldout[t.name], t, temperature=0, max_new_tokens=max_new_tokens)
+                   for t in tasks) / len(tasks)
 
     deterministic = torch.are_deterministic_algorithms_enabled()
     if device == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; there we accept tiny differences
@@ -198,11 +204,17 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
         torch.use_deterministic_algorithms(deterministic)
     train_seconds = time.perf_counter() - started
 
-    summary = _measure(model, tokenizer, heldout_rows, the_task, eval_samples, max_new_tokens)
+    per_task = {t.name: _measure(model, tokenizer, heldout[t.name], t, eval_samples, max_new_tokens) for t in tasks}
+    if len(tasks) == 1:
+        summary = per_task[task]
+    else:   # the mean over tasks at the top; each task's own numbers under "per_task"
+        values = {key: [m[key] for m in per_task.values()] for key in per_task[names[0]]}
+        summary = {key: v[0] if len(set(v)) == 1 else round(sum(v) / len(v), 4) for key, v in values.items()}
+        summary["per_task"] = per_task
     summary.update(
         task=task, seed=seed, warmup_steps=step, lr=lr, batch_size=batch_size,
         check_every=check_every, stop_at=stop_at, label_smoothing=label_smoothing,
-        in_band=BAND[0] <= summary["heldout_sampled_accuracy"] <= BAND[1],
+        in_band=all(BAND[0] <= m["heldout_sampled_accuracy"] <= BAND[1] for m in per_task.values()),
         num_parameters=sum(p.numel() for p in model.parameters()),
         command=_command(out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size,
                          check_every=check_every, max_steps=max_steps, stop_at=stop_at,
@@ -251,8 +263,8 @@ def _command(out_dir, **options) -> str:
     defaults = _option_defaults()
     flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
                     if value != defaults[name])
-    if Path(out_dir).resolve() == BUNDLED_DIR:
-        out_dir = "assets/tiny-adder"   # as run from the repository root
+    if Path(out_dir).resolve().parent == ASSETS.resolve():
+        out_dir = f"assets/{Path(out_dir).name}"   # as run from the repository root
     return f"python -m grpo_edu.make_model --out {out_dir}{flags}"
 
 

@@ -37,6 +37,16 @@ def bundled_model_dir():
     return path
 
 
+def two_task_model_dir():
+    """Path of lesson 06's model, which half knows addition *and* subtraction (``assets/tiny-two-tasks``)."""
+    path = ASSETS / "tiny-two-tasks"
+    if not (path / "config.json").exists():
+        _checks.fail("model", f"the two-task model is missing at {path}",
+                     "rebuild it with: python -m grpo_edu.make_model --out assets/tiny-two-tasks "
+                     "--task addition,subtraction --max-steps 2000 --stop-at 0.999 --check-every 500")
+    return path
+
+
 def _looks_like_path(name):
     """True for names a hub cannot hold, or whose first part is a local folder (``models/tiny``)."""
     if not HUB_NAME.match(name) or name.startswith("."):

@@ -83,6 +83,40 @@ class ReplaySample:
         return cls(**data)
 
 
+def replay_count(num_new, replay_ratio):
+    """k replayed samples for ``num_new`` new ones, so that k / (num_new + k) = replay_ratio (rounded).
+
+    k = ratio · n / (1 − ratio): 30 replayed for 70 new at 0.3.
+    """
+    _checks.positive_int("num_new", num_new, minimum=0)
+    if isinstance(replay_ratio, bool) or not isinstance(replay_ratio, (int, float)) or not 0 <= replay_ratio < 1:
+        _checks.fail("replay_ratio", f"must be in [0, 1), got {replay_ratio!r}",
+                     "pass the share of replayed samples, e.g. 0.3 for 7 new : 3 replayed")
+    return round(replay_ratio * num_new / (1 - replay_ratio))
+
+
+def replay_composition(num_new, replay_ratio, buffer_size):
+    """What one step trains on at ``replay_ratio``, and how often a stored sample comes back.
+
+    ``replay_ratio`` is the replayed share of the *total* (7:3 new:replayed is 0.3): that is
+    k = ratio·n/(1 − ratio) replayed for n new, i.e. 43 % of the new count at 0.3. (Seed 000
+    also says "sample 30–50 % of the new data", a share of the *new* count: at 30 % of new,
+    the mix is 10:3, a ratio of 0.23. The two are different numbers; grpo_edu uses the first.)
+    Each step draws k of the ``buffer_size`` stored samples uniformly without replacement, so
+    one stored sample is drawn with probability k/size per step, once every size/k steps.
+    """
+    _checks.positive_int("num_new", num_new)
+    _checks.positive_int("buffer_size", buffer_size, minimum=0)
+    k_wanted = replay_count(num_new, replay_ratio)
+    k = min(k_wanted, buffer_size)
+    p_drawn = k / buffer_size if buffer_size else 0.0
+    return {"new samples": num_new, "replayed samples": k, "total": num_new + k,
+            "replayed share of the total": k / (num_new + k), "replayed / new": k / num_new,
+            "P(a stored sample is drawn) per step": p_drawn,
+            "steps between draws of one stored sample": 1 / p_drawn if p_drawn else float("inf"),
+            "short of the ratio (buffer too small)": k_wanted - k}
+
+
 @dataclass(frozen=True, order=True)
 class _Entry:
     """A stored sample with when it came in. Sorting entries gives the eviction order."""
@@ -157,11 +191,7 @@ class ReplayBuffer:
 
     def replay_count(self, num_new, replay_ratio):
         """How many replayed samples make replayed / (num_new + replayed) = replay_ratio (rounded)."""
-        _checks.positive_int("num_new", num_new, minimum=0)
-        if isinstance(replay_ratio, bool) or not isinstance(replay_ratio, (int, float)) or not 0 <= replay_ratio < 1:
-            _checks.fail("replay_ratio", f"must be in [0, 1), got {replay_ratio!r}",
-                         "pass the share of replayed samples, e.g. 0.3 for 7 new : 3 replayed")
-        return round(replay_ratio * num_new / (1 - replay_ratio))
+        return replay_count(num_new, replay_ratio)
 
     def mix(self, new_samples, replay_ratio):
         """``new_samples`` plus replayed ones at ``replay_ratio`` of the total, shuffled (new ones kept as given)."""
@@ -297,6 +327,12 @@ class ReplayBuffer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def eviction_order(buffer):
+    """The stored (sample, round) pairs in the order the buffer would evict them: lowest Â first,
+    then the oldest round, then the earliest added."""
+    return [(e.sample, e.round) for e in sorted(buffer._entries.values())]
 
 
 def check_path(path, *, arg="path"):

@@ -592,3 +592,58 @@ def _show_in_place(figure, handle):
         return display(figure, display_id=True)
     handle.update(figure)
     return handle
+
+
+# --- lesson 06: replay ------------------------------------------------------------------------
+def buffer_table(buffer, *, title=None):
+    """A replay buffer's samples in the order they would leave it (first row = evicted next).
+
+    The order is the buffer's rule: lowest advantage first, then the oldest round, then the
+    earliest added (``grpo_edu.replay``).
+    """
+    from grpo_edu.replay import eviction_order
+
+    rows = [{"leaves": i, "question": s.question, "answer": s.answer, "advantage Â": s.advantage,
+             "reward R": s.reward, "round": r} for i, (s, r) in enumerate(eviction_order(buffer), start=1)]
+    return Table(rows or [{"buffer": "(empty)"}], title=title or f"{len(buffer)} of {buffer.capacity} places used")
+
+
+def forgetting_curves(results, *, highlight=None, tasks=None, title=None):
+    """Held-out accuracy of each task against the phase-B step, one line per replay ratio.
+
+    ``results``: ``{replay_ratio: {"steps": [...], "accuracy": {task: [...]}}}`` (what
+    ``grpo_edu.forgetting.run_phase_b`` records). ``highlight``: the ratio drawn bold, the
+    others faint (the lesson's slider picks it).
+    """
+    ratios = sorted(results)
+    tasks = tasks or list(results[ratios[0]]["accuracy"])
+    fig = Figure(figsize=(4.2 * len(tasks), 3.1), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(tasks)))
+    palette = (GREY, BLUE, GREEN, ORANGE, RED, "black")
+    for ax, task in zip(axes, tasks):
+        for ratio, color in zip(ratios, palette):
+            r = results[ratio]
+            bold = highlight is None or ratio == highlight
+            ax.plot(r["steps"], r["accuracy"][task], color=color, lw=2.4 if bold else 1.0,
+                    alpha=1.0 if bold else 0.35, marker="o" if bold else None, ms=3,
+                    label=f"replay {ratio:.0%}")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("phase-B step")
+        ax.set_ylabel(f"held-out accuracy on {task}", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title or "Phase B: learning the new task (right) while keeping the old one (left)", fontsize=10)
+    return fig
+
+
+def mix_bar(composition, ax=None):
+    """One step's training rows as a bar: new (blue) then replayed (orange), from ``replay_composition``."""
+    fig, ax = _axes(ax, (6.0, 1.3))
+    new, replayed = composition["new samples"], composition["replayed samples"]
+    ax.barh([0], [new], color=BLUE, label=f"new: {new}")
+    ax.barh([0], [replayed], left=[new], color=ORANGE, label=f"replayed: {replayed}")
+    ax.set_yticks([])
+    ax.set_xlim(0, max(new + replayed, 1))
+    ax.set_xlabel("completions trained on in one step")
+    ax.legend(fontsize=8, loc="lower right", ncols=2)
+    return fig

@@ -196,3 +196,42 @@ def kl_panel(beta=0.04, steps=150):
         return [viz.kl_leash(beta, steps=steps), viz.Table(rows)]
 
     return Panel("KLPanel", controls, compute)
+
+
+# --- lesson 06 ----------------------------------------------------------------------------
+
+def replay_mix_panel(num_new=128, replay_ratio=0.3, buffer_size=10_000):
+    """Sliders for a step's new samples, the replay ratio and the buffer's size; shows
+    ``replay.replay_composition`` and ``viz.mix_bar``."""
+    from grpo_edu.replay import replay_composition
+
+    controls = {
+        "num_new": _int("new samples per step (B·G)", num_new, 8, 512, 8),
+        "replay_ratio": _float("replay_ratio", replay_ratio, 0.0, 0.9, 0.05),
+        "buffer_size": _int("samples in the buffer", buffer_size, 0, 20_000, 100),
+    }
+
+    def compute(num_new, replay_ratio, buffer_size):
+        composition = replay_composition(num_new, replay_ratio, buffer_size)
+        return [viz.mix_bar(composition), viz.Table(composition, title="one step at these settings")]
+
+    return Panel("ReplayMixPanel", controls, compute)
+
+
+def forgetting_panel(results, replay_ratio=None):
+    """A slider over the replay ratios a lesson ran; redraws ``viz.forgetting_curves`` with that
+    ratio in bold and tabulates its start and end accuracies. Nothing is retrained."""
+    ratios = sorted(results)
+    controls = {"replay_ratio": W.SelectionSlider(options=[(f"{r:.0%}", r) for r in ratios],
+                                                 value=ratios[0] if replay_ratio is None else replay_ratio,
+                                                 description="replay_ratio", continuous_update=False,
+                                                 style=_STYLE, layout=_LAYOUT)}
+
+    def compute(replay_ratio):
+        r = results[replay_ratio]
+        rows = [{"task": task, "before phase B": acc[0], "after phase B": acc[-1], "change": acc[-1] - acc[0]}
+                for task, acc in r["accuracy"].items()]
+        return [viz.forgetting_curves(results, highlight=replay_ratio),
+                viz.Table(rows, title=f"replay_ratio {replay_ratio:.0%}: held-out accuracy", digits=3)]
+
+    return Panel("ForgettingPanel", controls, compute)

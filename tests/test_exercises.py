@@ -24,12 +24,21 @@ def _population_sigma(rewards):                      # the classic mistake: np.s
     return (rewards - rewards.mean(axis=1, keepdims=True)) / (rewards.std(axis=1, keepdims=True) + 1e-4)
 
 
+def _admitted_by_hand(advantages, top_fraction, min_advantage, last_wins=False):
+    n = len(advantages)
+    keep = -(-top_fraction * n // 1)                # ⌈top_fraction · n⌉
+    order = sorted(range(n), key=lambda i: (-advantages[i], -i if last_wins else i))
+    top = set(order[:int(keep)])
+    return [i in top and advantages[i] > min_advantage for i in range(n)]
+
+
 CORRECT = {
     "02.4": _advantages_by_hand,
     "03.4": lambda rewards: [len(set(row)) == 1 for row in rewards.tolist()],
     "04.5": lambda r, a, eps: [-min(ri * ai, min(max(ri, 1 - eps), 1 + eps) * ai) for ri, ai in zip(r, a)],
     "04.6": lambda lp, ref: np.exp(ref - lp) - (ref - lp) - 1,
     "05.6": lambda lp, mask: [sum(l for l, m in zip(row, mrow) if m) for row, mrow in zip(lp.tolist(), mask.tolist())],
+    "06.5": lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m),
 }
 
 WRONG = {
@@ -42,6 +51,8 @@ WRONG = {
              lambda lp, ref: lp - ref],                                       # k1, not k3
     "05.6": [lambda lp, mask: lp.sum(axis=1),                                # counts the tokens after <eos>
              lambda lp, mask: (lp * mask).mean(axis=1)],                     # a mean, not the sum
+    "06.5": [lambda adv, top, m: adv > m,                                    # no top-fraction cut
+             lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m, last_wins=True)],   # ties: later first
 }
 
 

@@ -50,6 +50,10 @@ HAND_COMPUTED = {
     "05.3": 0.97 ** 8 + 0.03 ** 8,
     "05.4": 0.5,
     "05.5": -(0.75 / (0.5 + 1e-4)) / 8,             # −Â/(N·|o|), N = 8 with the dead group
+    "06.1": 30,                                    # k/(70 + k) = 0.3 → k = 0.3·70/0.7
+    "06.2": 0.2308,                                # 30/130
+    "06.3": [0.5, 1],                              # lowest Â (0.5), then the older round (1)
+    "06.4": 181.8,                                 # 10,000/55
 }
 
 
@@ -81,7 +85,7 @@ def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
     from grpo_edu.exercises import EXERCISES, check
 
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"08.1", "08.2", "08.3", "08.4",
-                                                   "02.4", "03.4", "04.5", "04.6", "05.6"}   # code exercises: test_exercises.py
+                                                   "02.4", "03.4", "04.5", "04.6", "05.6", "06.5"}   # code exercises: test_exercises.py
     assert check("01.1", None) is False
     with pytest.raises(ValueError, match="^exercise_id: unknown exercise"):
         check("99.9", 1)

@@ -1,0 +1,155 @@
+"""Lesson 06's experiment pieces: the probes, run_phase, the two-task model, and the panels."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from grpo_edu import viz, widgets
+from grpo_edu.config import GRPOConfig
+from grpo_edu.forgetting import probe, run_phase
+from grpo_edu.models import load_model_and_tokenizer, two_task_model_dir
+from grpo_edu.replay import ReplayBuffer, ReplaySample, eviction_order, replay_composition, replay_count
+from grpo_edu.rollout import generate
+from grpo_edu.tasks import get_task
+from grpo_edu.trainer import GRPOTrainer
+
+ADD, SUB = get_task("addition"), get_task("subtraction")
+
+
+def test_probe_counts_right_answers_and_measures_entropy_by_hand(random_model, char_tokenizer):
+    rows = ADD.split("heldout", 6)
+    got = probe(random_model, char_tokenizer, {"addition": rows}, num_samples=3, seed=5, max_new_tokens=4)
+    acc, ent = got["addition"]
+    g = torch.Generator().manual_seed(5)
+    rollout = generate(random_model, char_tokenizer, [r["prompt"] for r in rows], num_generations=3,
+                       max_new_tokens=4, temperature=1.0, generator=g)
+    right = [c.strip() == rows[i // 3]["answer"] for i, c in enumerate(rollout.completions)]
+    assert acc == sum(right) / len(right)
+    with torch.no_grad():                         # H = −Σ p log p at each answer token, averaged
+        T = rollout.completion_ids.shape[1]
+        logits = random_model(input_ids=rollout.input_ids).logits[:, -T - 1:-1].float()
+        logp = torch.log_softmax(logits, -1)
+        h = -(logp.exp() * logp).sum(-1)[rollout.completion_mask.bool()].mean().item()
+    assert ent == pytest.approx(h, rel=1e-5)
+    assert 0 < ent < math.log(len(char_tokenizer))
+
+
+def test_run_phase_probes_at_the_start_every_k_steps_and_at_the_end(random_model, char_tokenizer):
+    t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=5, eval_size=0),
+                    model=random_model, tokenizer=char_tokenizer)
+    probes = {"addition": ADD.split("heldout", 4), "subtraction": SUB.split("heldout", 4)}
+    record = run_phase(t, probes, probe_every=2, probe_samples=1, progress=False)
+    assert record.steps == [0, 2, 4, 5] and len(record.history) == 5 and t.step_count == 5
+    for name in probes:
+        assert len(record.accuracy[name]) == len(record.entropy[name]) == 4
+    assert json.loads(json.dumps(record.to_dict()))["steps"] == [0, 2, 4, 5]
+    with pytest.raises(ValueError, match="^probe_every: "):
+        run_phase(t, probes, probe_every=0)
+    with pytest.raises(ValueError, match="^probes: is empty"):
+        run_phase(t, {}, probe_every=1)
+
+
+def test_the_two_task_model_half_knows_both_tasks_as_its_record_says():
+    model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
+    record = json.loads((two_task_model_dir() / "grpo_edu_model.json").read_text())
+    assert record["command"] == ("python -m grpo_edu.make_model --out assets/tiny-two-tasks --task addition,subtraction "
+                                 "--check-every 500 --max-steps 2000 --stop-at 0.999")
+    assert record["in_band"] and set(record["per_task"]) == {"addition", "subtraction"}
+    for task in (ADD, SUB):
+        got = probe(model, tokenizer, {task.name: task.split("heldout")}, num_samples=8, seed=0, max_new_tokens=4)
+        recorded = record["per_task"][task.name]["heldout_sampled_accuracy"]
+        assert got[task.name][0] == pytest.approx(recorded, abs=0.03)
+        assert 0.2 <= recorded <= 0.6
+
+
+def test_make_model_mixes_the_train_rows_of_several_tasks(tmp_path, monkeypatch):
+    from grpo_edu import make_model
+
+    seen = []
+    real = make_model.encode_for_warmup
+    monkeypatch.setattr(make_model, "encode_for_warmup", lambda tok, rows: seen.append(rows) or real(tok, rows))
+    summary = make_model.build_tiny_model(tmp_path / "m", task="addition,subtraction", max_steps=2, check_every=1,
+                                          eval_samples=1)
+    prompts = [r["prompt"] for r in seen[0]]
+    assert len(prompts) == len(ADD.split("train")) + len(SUB.split("train"))
+    assert any("+" in p for p in prompts) and any("-" in p for p in prompts)
+    assert set(summary["per_task"]) == {"addition", "subtraction"}
+    assert summary["heldout_prompts"] == 500                                          # equal values stay ints
+    assert summary["heldout_sampled_accuracy"] == pytest.approx(
+        sum(m["heldout_sampled_accuracy"] for m in summary["per_task"].values()) / 2, abs=1e-4)
+    with pytest.raises(ValueError, match="^task: unknown task 'multiplication'"):
+        make_model.build_tiny_model(tmp_path / "x", task="addition,multiplication")
+
+
+# --- the composition arithmetic ------------------------------------------------------------
+@pytest.mark.parametrize("n, ratio, k", [(70, 0.3, 30), (128, 0.3, 55), (100, 0.5, 100), (128, 0.0, 0), (10, 0.1, 1)])
+def test_replay_count_makes_the_replayed_share_of_the_total(n, ratio, k):
+    assert replay_count(n, ratio) == k                       # k / (n + k) ≈ ratio, by hand
+    assert abs(k / (n + k) - ratio) <= 0.5 / (n + k) + 1e-12
+
+
+def test_replay_composition_by_hand():
+    c = replay_composition(128, 0.3, 10_000)
+    assert (c["replayed samples"], c["total"]) == (55, 183)
+    assert c["P(a stored sample is drawn) per step"] == pytest.approx(55 / 10_000)
+    assert c["steps between draws of one stored sample"] == pytest.approx(10_000 / 55)
+    small = replay_composition(70, 0.3, 20)                  # the buffer holds fewer than asked for
+    assert small["replayed samples"] == 20 and small["short of the ratio (buffer too small)"] == 10
+    assert small["P(a stored sample is drawn) per step"] == 1.0
+    assert replay_composition(70, 0.3, 0)["steps between draws of one stored sample"] == math.inf
+    with pytest.raises(ValueError, match="^replay_ratio: "):
+        replay_composition(70, 1.0, 10)
+
+
+def test_eviction_order_and_buffer_table_list_who_leaves_first():
+    b = ReplayBuffer(4, top_fraction=1.0)
+    b.add([ReplaySample("a", "1", 0.9, 1.0), ReplaySample("b", "1", 0.4, 1.0)], round=1)
+    b.add([ReplaySample("c", "1", 0.4, 1.0), ReplaySample("d", "1", 1.5, 1.0)], round=2)
+    assert [s.question for s, _ in eviction_order(b)] == ["b", "c", "a", "d"]
+    table = viz.buffer_table(b)
+    assert [r["question"] for r in table.rows] == ["b", "c", "a", "d"] and table.rows[0]["leaves"] == 1
+    b.add([ReplaySample("e", "1", 0.7, 1.0)], round=3)          # evicts b, exactly the first row
+    assert [s.question for s, _ in eviction_order(b)] == ["c", "e", "a", "d"]
+
+
+def test_buffer_state_round_trips_through_json_with_its_rng(tmp_path):
+    b = ReplayBuffer(50, top_fraction=1.0, seed=3)
+    b.add([ReplaySample(f"{i}+0=", str(i), 0.1 * (i + 1), 1.0) for i in range(20)], round=1)
+    b.sample(5)
+    state = json.loads(json.dumps(b.state()))
+    expected_next = b.sample(7)
+    other = ReplayBuffer(50, path=tmp_path / "o.sqlite", top_fraction=1.0, seed=99)
+    other.add([ReplaySample("x", "y", 5.0, 1.0)], round=9)
+    assert other.load_state(state) == 1                         # "x" was not in the state: removed
+    assert other.entries() == b.entries() and other.sample(7) == expected_next
+    other.close()
+    with ReplayBuffer(50, path=tmp_path / "o.sqlite") as reopened:     # the file followed
+        assert reopened.entries() == b.entries()
+    with pytest.raises(ValueError, match="^state: "):
+        other.load_state({"entries": []})
+    with pytest.raises(ValueError, match="^capacity: is 3 but the saved state holds 20"):
+        ReplayBuffer(3).load_state(state)
+
+
+# --- the panels ------------------------------------------------------------------------------
+def test_replay_mix_panel_shows_the_library_composition():
+    p = widgets.replay_mix_panel()
+    assert p.outputs[1].rows == viz.Table(replay_composition(128, 0.3, 10_000)).rows
+    p.controls["replay_ratio"].value = 0.5
+    assert p.outputs[1].rows == viz.Table(replay_composition(128, 0.5, 10_000)).rows
+    p.controls["num_new"].value = 0                                 # below the slider's range: clamped by the widget
+    assert "replayed samples" in repr(p.outputs[1])
+
+
+def test_forgetting_panel_redraws_the_chosen_run_without_training():
+    results = {0.0: {"steps": [0, 25], "accuracy": {"addition": [0.8, 0.3], "subtraction": [0.5, 0.7]}},
+               0.3: {"steps": [0, 25], "accuracy": {"addition": [0.8, 0.9], "subtraction": [0.5, 0.75]}}}
+    p = widgets.forgetting_panel(results)
+    assert p.outputs[1].rows[0] == {"task": "addition", "before phase B": 0.8, "after phase B": 0.3,
+                                    "change": pytest.approx(-0.5)}
+    p.controls["replay_ratio"].value = 0.3
+    assert p.outputs[1].rows[0]["after phase B"] == 0.9
+    lines = p.outputs[0].axes[0].get_lines()
+    assert [line.get_linewidth() for line in lines] == [1.0, 2.4]   # the chosen ratio in bold
