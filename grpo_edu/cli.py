@@ -232,6 +232,22 @@ def cmd_replay(args):
     return 0
 
 
+# --- diagnose ------------------------------------------------------------------------------
+def cmd_diagnose(args):
+    from grpo_edu.diagnose import coverage, diagnose, format_findings, plot_evidence
+
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        _fail("--plot", f"the folder of {args.plot} does not exist", "create it, or write the plot elsewhere")
+    findings = diagnose(args.path, evals=args.evals)        # every input is checked before any output
+    print(f"{args.path}: {format_findings(findings)}")
+    if not findings:
+        print("\n".join(f"  {line}" for line in coverage(args.path, evals=args.evals)))
+    if args.plot:
+        plot_evidence(args.path, findings).savefig(args.plot, dpi=120)
+        print(f"evidence plot written to {args.plot}")
+    return 0
+
+
 # --- the parser ----------------------------------------------------------------------------
 def build_parser():
     from grpo_edu.tasks import TASKS
@@ -288,6 +304,21 @@ def build_parser():
     rp.add_argument("--show", type=int, default=5, metavar="INT",
                     help="Print this many samples, the strongest first. (default: 5)")
     rp.set_defaults(func=cmd_replay)
+
+    dg = sub.add_parser("diagnose", help="find what went wrong in a run from its metrics, and what to change",
+                        description="Read a run's per-step metrics and print each problem found (rewards that "
+                                    "never vary, collapse, KL runaway, entropy collapse, truncation, ...), with the "
+                                    "numbers that show it, likely causes, config fixes and the lesson that "
+                                    "explains it. The file is only read.")
+    dg.add_argument("path", metavar="FILE",
+                    help="The run's metrics: the JSONL of grpo-edu train --metrics-out, a checkpoint's "
+                         "trainer_state.json (its held-out evaluations and config are used too), or TRL's "
+                         "trainer_state.json.")
+    dg.add_argument("--evals", metavar="FILE",
+                    help="Held-out evaluations, a JSON or JSONL list of {\"step\", \"accuracy\"} (or a "
+                         "checkpoint's trainer_state.json), to check the reward against held-out accuracy.")
+    dg.add_argument("--plot", metavar="OUT.png", help="Also draw the metrics behind the findings into this image.")
+    dg.set_defaults(func=cmd_diagnose)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
     sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")

@@ -116,3 +116,103 @@ def check_reward_output(fn, values, n):
         _checks.fail(f"reward function {name}", f"returned NaN or infinity (first at completion {bad[0]})",
                      "return a finite number for every completion (e.g. 0.0 when unparseable)")
     return torch.tensor(values, dtype=torch.float32)
+
+
+# --- building blocks for composite rewards (lesson 07) -------------------------------------------
+# Each is a reward function with TRL's signature; pass several to the trainer with weights
+# (``combine`` does both), and each one's mean appears in the step's metrics as reward/<name>.
+
+def _named(fn, name):
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def correctness(prompts, completions, answer, **kwargs):
+    """1.0 for an answer equal to the reference (surrounding spaces ignored), else 0.0."""
+    return [1.0 if c.strip() == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
+
+
+def format_reward(max_digits=3):
+    """A reward of 1.0 for an answer that is a well-formed number, 1 to ``max_digits`` digits (an
+    optional leading "-"), else 0.0. It says nothing about whether the number is right."""
+    _checks.positive_int("max_digits", max_digits)
+
+    def reward(prompts, completions, **kwargs):
+        out = []
+        for c in completions:
+            digits = c.strip()[1:] if c.strip().startswith("-") else c.strip()
+            out.append(1.0 if digits.isdigit() and len(digits) <= max_digits else 0.0)
+        return out
+    return _named(reward, f"format(max_digits={max_digits})")
+
+
+def brevity_reward(max_length):
+    """1 − len(answer)/max_length, floored at 0: shorter answers score higher (the seed's "brevity")."""
+    _checks.positive_int("max_length", max_length)
+
+    def reward(prompts, completions, **kwargs):
+        return [max(0.0, 1.0 - len(c.strip()) / max_length) for c in completions]
+    return _named(reward, f"brevity(max_length={max_length})")
+
+
+def digit_credit(prompts, completions, answer, **kwargs):
+    """Partial credit: the share of the reference's digits that the answer has in the same place,
+    counted from the right (units with units, tens with tens); answers of another length lose the
+    missing places. "46" for 46 → 1.0; "47" → 0.5; "146" → 2/3. It pays for wrong numbers, which
+    is what makes it hackable (lesson 07)."""
+    out = []
+    for c, a in zip(completions, answer):
+        c, a = c.strip(), str(a).strip()
+        width = max(len(c), len(a))
+        same = sum(x == y for x, y in zip(c.rjust(width), a.rjust(width)) if y != " ")
+        out.append(same / width if width else 0.0)
+    return out
+
+
+class CompositeReward:
+    """A weighted sum of named reward functions: R = Σ_k w_k · R_k (the seed's 0.6/0.2/0.2 recipe).
+
+    ``combine(relevance=(f, 0.6), brevity=(g, 0.2))`` builds one. Pass ``.reward_funcs`` and
+    ``.reward_weights`` to ``GRPOTrainer`` (as TRL takes ``reward_funcs`` and ``reward_weights``);
+    ``components(prompts, completions, **columns)`` gives each function's values, for a table.
+    """
+
+    def __init__(self, components):
+        if not components:
+            _checks.fail("components", "is empty", "pass at least one name=(function, weight)")
+        self.names, self.reward_funcs, self.reward_weights = [], [], []
+        for name, spec in components.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2 and callable(spec[0])):
+                _checks.fail(name, f"must be a (function, weight) pair, got {spec!r}",
+                             f"pass {name}=(reward_function, 0.5)")
+            fn, weight = spec
+            if isinstance(weight, bool) or not _checks.is_finite_number(weight):
+                _checks.fail(name, f"has the weight {weight!r}, not a finite number", "give each component a number")
+            self.names.append(name)
+            self.reward_funcs.append(_renamed(fn, name))
+            self.reward_weights.append(float(weight))
+
+    def components(self, prompts, completions, **columns):
+        """{name: list of that component's rewards}, each checked like the trainer checks it."""
+        return {name: check_reward_output(fn, _call(fn, prompts, list(completions), columns), len(completions)).tolist()
+                for name, fn in zip(self.names, self.reward_funcs)}
+
+    def __call__(self, prompts, completions, **columns):
+        parts = self.components(prompts, completions, **columns)
+        return [sum(w * parts[n][i] for n, w in zip(self.names, self.reward_weights)) for i in range(len(completions))]
+
+
+def _renamed(fn, name):
+    """``fn`` under ``name`` (so the metrics say reward/<name>), without changing the original."""
+    def reward(*args, **kwargs):
+        return fn(*args, **kwargs)
+    try:
+        reward.__signature__ = inspect.signature(fn)
+    except (TypeError, ValueError):
+        pass
+    return _named(reward, name)
+
+
+def combine(**components):
+    """``combine(correct=(correctness, 0.6), short=(brevity_reward(4), 0.2))`` → :class:`CompositeReward`."""
+    return CompositeReward(components)

@@ -153,3 +153,15 @@ def test_forgetting_panel_redraws_the_chosen_run_without_training():
     assert p.outputs[1].rows[0]["after phase B"] == 0.9
     lines = p.outputs[0].axes[0].get_lines()
     assert [line.get_linewidth() for line in lines] == [1.0, 2.4]   # the chosen ratio in bold
+
+
+def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, capsys):
+    from grpo_edu import forgetting
+
+    monkeypatch.setattr(forgetting, "PHASE_A_STEPS", 2)
+    monkeypatch.setattr(forgetting, "PHASE_B_STEPS", 2)
+    monkeypatch.setattr(forgetting, "PROBE_ROWS", 4)
+    assert forgetting.main(["--seeds", "0", "--ratios", "0", "0.3"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("0 ")]
+    assert [r[1] for r in rows] == ["0%", "30%"]
+    assert all(0 <= float(r[3]) <= 1 for r in rows)

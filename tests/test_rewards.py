@@ -92,3 +92,40 @@ def test_rows_with_different_columns_are_refused():
     with pytest.raises(ValueError, match=r"^rows: row 1 has the columns \['prompt'\] but row 0 has "
                        r"\['answer', 'prompt'\]"):
         compute_rewards([short], [ROWS[0], {"prompt": "3+3="}], COMPLETIONS, 2)
+
+
+# --- building blocks (lesson 07) --------------------------------------------------------------
+def test_building_blocks_by_hand():
+    from grpo_edu.rewards import brevity_reward, correctness, digit_credit, format_reward
+
+    completions = ["46", " 46 ", "47", "146", "4", "x6", "-5", "1234", ""]
+    answers = ["46"] * len(completions)
+    assert correctness(None, completions, answers) == [1, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert format_reward(3)(None, completions) == [1, 1, 1, 1, 1, 0, 1, 0, 0]
+    assert brevity_reward(4)(None, ["", "4", "46", "146", "1234", "12345"]) == [1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+    assert digit_credit(None, completions, answers) == pytest.approx(
+        [1, 1, 0.5, 2 / 3, 0, 0.5, 0, 0, 0])   # "x6": units right; "1234" vs "  46": 3≠4, 4≠6, so 0 of 4
+    with pytest.raises(ValueError, match="^max_digits: "):
+        format_reward(0)
+    with pytest.raises(ValueError, match="^max_length: "):
+        brevity_reward(-1)
+
+
+def test_combine_is_the_weighted_sum_and_names_each_component():
+    from grpo_edu.rewards import brevity_reward, combine, correctness, format_reward
+
+    c = combine(correct=(correctness, 0.6), fmt=(format_reward(3), 0.2), short=(brevity_reward(4), 0.2))
+    prompts, completions, answer = ["1+1="] * 3, ["2", "22", "x"], ["2"] * 3
+    parts = c.components(prompts, completions, answer=answer)
+    assert parts == {"correct": [1, 0, 0], "fmt": [1, 1, 0], "short": [0.75, 0.5, 0.75]}
+    assert c(prompts, completions, answer=answer) == pytest.approx([0.6 + 0.2 + 0.15, 0.2 + 0.1, 0.15])
+    rewards, info = compute_rewards(c.reward_funcs, [{"prompt": "1+1=", "answer": "2"}], completions, 3,
+                                    weights=c.reward_weights)
+    assert rewards.tolist()[0] == pytest.approx([0.95, 0.3, 0.15])
+    assert set(info) == {"reward/correct", "reward/fmt", "reward/short"}
+    with pytest.raises(ValueError, match="^components: is empty"):
+        combine()
+    with pytest.raises(ValueError, match="^bad: must be a \\(function, weight\\) pair"):
+        combine(bad=correctness)
+    with pytest.raises(ValueError, match="^w: has the weight 'x'"):
+        combine(w=(correctness, "x"))

@@ -1,0 +1,735 @@
+"""Diagnose a GRPO run from its logged metrics: what went wrong, the numbers that show it, what to change.
+
+``diagnose(history)`` reads a run's per-step metrics and returns a list of :class:`Finding`,
+the most severe first; a healthy run gives an empty list. Each finding names the symptom, the
+numbers that triggered it, likely causes, fixes (as ``GRPOConfig`` fields) and the lesson
+that explains it. Every rule is a few lines below, with its threshold in its docstring.
+
+``history`` may be:
+
+* a list of the trainer's metrics dicts (``trainer.history``);
+* the JSONL that ``grpo-edu train --metrics-out FILE`` writes (one step per line; it holds
+  no held-out evaluations: pass those as ``evals``);
+* a checkpoint's ``trainer_state.json`` (``runs/<time>/checkpoint-*/``): its history, its
+  held-out evaluations and its config are all used;
+* TRL's ``trainer_state.json``, or its ``log_history`` list: its names are translated
+  through :data:`TRL_NAMES`.
+
+Windows: with n logged steps, the *start* is the first max(3, ⌈n/10⌉) steps and the *end*
+the last max(3, ⌈n/4⌉). Rules assume rewards on a 0–1 scale (a right answer pays 1), as every
+course task's does; a reward below 0 is taken as the floor instead of 0.
+
+GRPO's loss is not checked: with μ = 1 its policy term is exactly 0 on every step (the
+advantages of a group sum to 0; lesson 03 §9), so the logged loss is β·KL, which the KL rule reads.
+"""
+
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_edu import _checks
+
+MIN_STEPS = 6
+"""Fewest logged steps a diagnosis needs: a start and an end window of 3 steps each."""
+
+TRL_NAMES = {
+    "reward": "reward_mean",
+    "reward_std": "reward_std",
+    "frac_reward_zero_std": "dead_group_fraction",
+    "kl": "kl",
+    "entropy": "entropy",
+    "clip_ratio/region_mean": "clip_fraction",
+    "completions/mean_length": "completion_length",
+    "completions/clipped_ratio": "truncated_fraction",
+    "grad_norm": "grad_norm",
+    "loss": "loss",
+    "learning_rate": "learning_rate",
+    "step": "step",
+    "epoch": "epoch",
+}
+"""TRL's GRPOTrainer log name → ours (``rewards/<name>/mean`` → ``reward/<name>`` too). Where the meaning differs:
+
+* ``step``: TRL counts optimizer updates (``global_step``); ours counts sampled batches, each
+  making ``num_iterations`` updates. A TRL row also averages ``logging_steps`` updates.
+* ``epoch``: a fraction in TRL, a whole number here.
+* ``clip_ratio/region_mean``: the same quantity as our ``clip_fraction`` (tokens where
+  r < 1 − ε with Â < 0, or r > 1 + ε_high with Â > 0).
+* ``completions/clipped_ratio``: the share of completions cut at ``max_completion_length``
+  without <eos>. Ours logs no such number (``truncated_fraction`` exists only for TRL runs).
+* ``kl`` is absent when β = 0 in both; TRL logs no ``accuracy``.
+"""
+
+METRICS = ("loss", "reward_mean", "reward_std", "accuracy", "dead_group_fraction", "clip_fraction", "kl",
+           "ratio_mean", "entropy", "completion_length", "grad_norm", "truncated_fraction")
+"""The metrics the rules read; each value must be a number or None (not measured)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem in a run. ``fixes`` are (config field, change, why); ``severity`` ranks findings."""
+
+    name: str
+    symptom: str
+    evidence: dict
+    causes: list
+    fixes: list
+    lesson: str
+    severity: float
+
+
+# --- reading a run -------------------------------------------------------------------------
+def load_run(source, *, arg="history"):
+    """(history, evals, config) from any form ``diagnose`` accepts; a clear error before any work.
+
+    ``history`` in our names, at least :data:`MIN_STEPS` steps with increasing step numbers;
+    ``evals`` and ``config`` (a dict) are None unless the source holds them (a checkpoint's
+    ``trainer_state.json`` does).
+    """
+    where = ""                                      # "m.jsonl " when it came from a file: errors name it
+    if isinstance(source, (str, Path)):
+        where = f"{source} "
+        source = _read_json_or_jsonl(source, arg)
+    evals = config = None
+    if isinstance(source, dict) and isinstance(source.get("log_history"), list):       # TRL's trainer_state.json
+        source = source["log_history"]
+    elif isinstance(source, dict) and isinstance(source.get("metrics"), dict) and "history" in source["metrics"]:
+        evals, config = source["metrics"].get("evals") or None, source.get("config")    # our checkpoint's
+        source = source["metrics"]["history"]
+    elif isinstance(source, dict) and "step" in source:                                # a one-line JSONL
+        source = [source]
+    if not isinstance(source, list) or not all(isinstance(row, dict) for row in source):
+        _checks.fail(arg, f"{where}is neither grpo_edu metrics nor TRL's trainer_state.json",
+                     "pass the JSONL of grpo-edu train --metrics-out, a checkpoint's trainer_state.json, "
+                     "or TRL's trainer_state.json (its log_history)")
+    if not source:
+        _checks.fail(arg, f"{where}holds no steps", "diagnose a run that has logged some steps")
+    if any("reward" in row for row in source) and not any("reward_mean" in row for row in source):
+        source = [_from_trl(row) for row in source if "reward" in row]    # drops eval and summary rows
+    return _checked_history(source, where, arg), evals, config
+
+
+def _read_json_or_jsonl(path, arg):
+    path = Path(path)
+    if not path.is_file():
+        _checks.fail(arg, f"{path} {'is a folder' if path.is_dir() else 'does not exist'}",
+                     "pass a metrics file (.jsonl) or a trainer_state.json")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        _checks.fail(arg, f"{path} is not a text file", "pass a metrics file (.jsonl) or a trainer_state.json")
+    if not text.strip():
+        _checks.fail(arg, f"{path} is empty", "pass the file of a run that has logged at least one step")
+    try:
+        return json.loads(text)                     # a .json file (or a JSONL of one line)
+    except json.JSONDecodeError:
+        pass
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            _checks.fail(arg, f"{path} line {number} is not JSON ({err.msg})",
+                         "repair or delete that line (a run killed while writing can leave half a line at the end)")
+        if not isinstance(row, dict):
+            _checks.fail(arg, f"{path} line {number} is not a JSON object", "give one metrics object per line")
+        rows.append(row)
+    return rows
+
+
+def _from_trl(row):
+    out = {ours: row[trl] for trl, ours in TRL_NAMES.items() if trl in row}
+    for key, value in row.items():
+        if key.startswith("rewards/") and key.endswith("/mean"):
+            out["reward/" + key[len("rewards/"):-len("/mean")]] = value
+    return out
+
+
+def _checked_history(rows, where, arg):
+    if len(rows) < MIN_STEPS:
+        _checks.fail(arg, f"{where}has {len(rows)} logged steps; a diagnosis needs at least {MIN_STEPS}",
+                     "let the run log more steps (TRL: a smaller logging_steps)")
+    clean, last = [], None
+    for i, row in enumerate(rows):
+        missing = [k for k in ("step", "reward_mean") if not _checks.is_finite_number(row.get(k))]
+        if missing:
+            _checks.fail(arg, f"{where}row {i + 1} has no {' or '.join(missing)} (its keys: {sorted(row)[:8]})",
+                         "pass per-step training metrics: grpo_edu's trainer.history or TRL's log_history")
+        if last is not None and row["step"] <= last:
+            _checks.fail(arg, f"{where}row {i + 1} has step {row['step']} after step {last}",
+                         "pass one run's metrics, in order (the file may hold two runs)")
+        last = row["step"]
+        row = dict(row)
+        for key in METRICS:
+            value = row.get(key)
+            if isinstance(value, float) and math.isnan(value):
+                row[key] = None                      # not measured
+            elif value is not None and not _checks.is_finite_number(value):
+                _checks.fail(arg, f"{where}step {row['step']}: {key} is {value!r}, not a number",
+                             "log numbers (or null when a metric was not measured)")
+        clean.append(row)
+    return clean
+
+
+def _checked_evals(evals):
+    """A list of {"step", "accuracy"}, from a list or a file (JSON, JSONL, or a checkpoint's trainer_state.json)."""
+    where = ""
+    if isinstance(evals, (str, Path)):
+        where = f"{evals} "
+        evals = _read_json_or_jsonl(evals, "evals")
+        if isinstance(evals, dict) and isinstance(evals.get("metrics"), dict):
+            evals = evals["metrics"].get("evals")
+        elif isinstance(evals, dict):
+            evals = [evals]
+    ok = isinstance(evals, list) and all(
+        isinstance(e, dict) and _checks.is_finite_number(e.get("step")) and _checks.is_finite_number(e.get("accuracy"))
+        and 0 <= e["accuracy"] <= 1 for e in evals)
+    if not ok:
+        _checks.fail("evals", f"{where}is not a list of {{'step', 'accuracy'}} records with accuracies in [0, 1]",
+                     "pass trainer.evals, or a JSON/JSONL file of them, or a checkpoint's trainer_state.json")
+    return sorted(evals, key=lambda e: e["step"])
+
+
+def _checked_config(config):
+    if config is None or isinstance(config, dict):
+        return dict(config or {})
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    _checks.fail("config", f"is a {type(config).__name__}", "pass the run's GRPOConfig (or its to_dict()), or None")
+
+
+# --- the numbers the rules read ------------------------------------------------------------
+class _Log:
+    """A run's history cut into the start and end windows, with small helpers for the rules."""
+
+    def __init__(self, rows, evals, config):
+        n = len(rows)
+        self.rows, self.evals, self.config, self.n = rows, evals, config, n
+        self.head = rows[:max(3, math.ceil(n / 10))]
+        self.tail = rows[n - max(3, math.ceil(n / 4)):]
+
+    @staticmethod
+    def points(rows, key):
+        """[(step, value)] of the rows where ``key`` was measured."""
+        return [(r["step"], float(r[key])) for r in rows if r.get(key) is not None]
+
+    def mean(self, rows, key):
+        values = [v for _, v in self.points(rows, key)]
+        return sum(values) / len(values) if values else None
+
+    def has(self, key):
+        return any(r.get(key) is not None for r in self.rows)
+
+    def span(self, rows):
+        return f"steps {rows[0]['step']}–{rows[-1]['step']}"
+
+    def change(self, field, factor, fallback):
+        """A fix's suggested value: "2e-3 → 2e-4" when the config is known, else ``fallback``."""
+        value = self.config.get(field)
+        if not _checks.is_finite_number(value):
+            return fallback
+        new = max(1, round(value * factor)) if isinstance(value, int) else value * factor
+        return f"{_number(value)} → {_number(new)}"
+
+
+def _number(x):
+    """3e-4 as "3e-4", 0.1 as "0.1", 16 as "16"."""
+    if isinstance(x, int):
+        return str(x)
+    if x == 0 or abs(x) >= 1e-2:
+        return f"{x:.2g}"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _evidence(metric, points, summary, threshold=None, **extra):
+    return {"metric": metric, "steps": [s for s, _ in points], "values": [v for _, v in points],
+            "threshold": threshold, "summary": summary, **extra}
+
+
+def _moving_average(values, window):
+    """Trailing mean of the last ``window`` values at each point (fewer at the start)."""
+    return [sum(values[max(0, i + 1 - window):i + 1]) / len(values[max(0, i + 1 - window):i + 1])
+            for i in range(len(values))]
+
+
+def _lower_lr(log, factor, why):
+    return ("learning_rate", log.change("learning_rate", 1 / factor, f"divide by {factor}"), why)
+
+
+def _raise_beta(log):
+    beta = log.config.get("beta")
+    change = "0 → 0.04 (DeepSeekMath's value)" if beta == 0 else log.change("beta", 2.5, "raise it, e.g. 0.04 → 0.1")
+    return ("beta", change, "a tighter leash: the KL penalty pulls the policy back toward π_ref")
+
+
+# --- the rules -----------------------------------------------------------------------------
+def _no_reward_signal(log):
+    """Rewards never vary: mean dead_group_fraction over the start ≥ 0.9.
+
+    Reported as ``reward_always_zero`` when the start's mean reward is within 0.05 of 0 (no
+    answer is ever paid), else as ``no_reward_signal`` (a constant, or groups all right).
+    Severity 100 when the end is as dead (≥ 0.9), 50 when the run got out of it.
+    """
+    dead = log.mean(log.head, "dead_group_fraction")
+    if dead is None or dead < 0.9:
+        return None
+    reward = log.mean(log.head, "reward_mean")
+    tail_dead = log.mean(log.tail, "dead_group_fraction")
+    summary = (f"dead-group fraction {dead:.2f} over {log.span(log.head)} (rule: ≥ 0.9); mean reward there "
+               f"{reward:.3g}, spread of rewards (reward_std) {log.mean(log.head, 'reward_std') or 0:.3g}; "
+               f"dead-group fraction over the last {len(log.tail)} steps {tail_dead:.2f}")
+    evidence = _evidence("dead_group_fraction", log.points(log.head, "dead_group_fraction"), summary, 0.9)
+    G = log.config.get("num_generations")
+    more_g = ("num_generations", log.change("num_generations", 2, "raise it, e.g. 8 → 16"),
+              "more tries per prompt: a group is all wrong with probability (1 − p)^G, all right with p^G")
+    warmer = ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"),
+              "more varied answers, so a group's answers (and rewards) differ more often")
+    dead_rows = [r for r in log.rows if (r.get("dead_group_fraction") or 0) >= 0.9]
+    accuracy = [v for _, v in log.points(dead_rows, "accuracy")]      # what the task's checker saw meanwhile
+    if abs(reward) <= 0.05:
+        causes = [f"the task is too hard for the model: no answer right in {G or 'G'} tries",
+                  "the answers never reach the format the reward checks (a missing tag or prefix, a cut-off answer)",
+                  "a broken reward function that returns 0 for everything (e.g. it compares a str with an int)"]
+        if accuracy and max(accuracy) > 0.05:
+            causes.insert(0, f"the task's own checker counted up to {max(accuracy):.0%} right answers while the "
+                             "reward stayed 0: the reward function disagrees with the checker")
+        limit = log.config.get("max_completion_length")
+        length = log.mean(log.head, "completion_length")
+        if limit and length is not None and length >= 0.98 * limit:
+            causes.insert(0, f"every answer used all {limit} tokens it was allowed: they are cut off before the "
+                             "end (see completion_truncated)")
+        fixes = [("reward functions", "call each on a known right answer: it must pay more than a wrong one",
+                  "a reward that never pays gives GRPO nothing to prefer"),
+                 ("task / dataset", "start from prompts the model sometimes solves (measure each prompt's pass rate)",
+                  "GRPO can only reinforce answers it samples (lesson 08 §5)"), more_g, warmer]
+        return Finding("reward_always_zero", "From the start nearly every group's rewards were all 0: almost no "
+                       "answer was paid, so almost every advantage was 0 and the model had nothing to learn from.",
+                       evidence, causes,
+                       fixes, "03_zero_sigma", 100 if tail_dead >= 0.9 else 50)
+    causes = ["a reward function returns the same value whatever the completion",
+              "the task is already solved: every answer in every group is right",
+              "a temperature so low (or a model so sure) that the G answers are identical"]
+    if accuracy and max(accuracy) - min(accuracy) >= 0.05:
+        causes[1:2] = [f"the task's checker saw accuracy move between {min(accuracy):.0%} and {max(accuracy):.0%} "
+                       f"while the reward stayed at {reward:.3g}: the reward ignores whether the answer is right"]
+    constant = [k for k in log.head[0] if k.startswith("reward/")
+                and len({round(v, 9) for _, v in log.points(log.rows, k)}) == 1]
+    if constant:
+        causes.insert(0, f"{', '.join(constant)} returned the same mean reward on every step")
+    fixes = [("reward functions", "make the reward depend on the completion: a right and a wrong answer must score "
+              "differently", "GRPO learns only from differences within a group"), warmer, more_g]
+    return Finding("no_reward_signal", f"From the start nearly every group's answers got equal rewards (mean "
+                   f"reward {reward:.3g}): every advantage was 0, so the model learned nothing.", evidence, causes,
+                   fixes, "03_zero_sigma", 100 if tail_dead >= 0.9 else 50)
+
+
+def _dead_groups_late(log):
+    """Dead groups take over late: mean dead_group_fraction over the end ≥ 0.5, and ≥ 0.3 above the start's.
+
+    An end reward above the middle of the run's reward range means the dead groups are
+    mostly all right (task mastered; severity 20), else mostly all wrong (severity 40).
+    """
+    start, end = log.mean(log.head, "dead_group_fraction"), log.mean(log.tail, "dead_group_fraction")
+    if start is None or end is None or end < 0.5 or end - start < 0.3:
+        return None
+    rewards = [v for _, v in log.points(log.rows, "reward_mean")]
+    end_reward = log.mean(log.tail, "reward_mean")
+    mastered = end_reward >= (max(rewards) + min(rewards)) / 2
+    dead = log.points(log.rows, "dead_group_fraction")
+    smooth = _moving_average([v for _, v in dead], max(3, log.n // 20))
+    crossed = next(s for (s, _), m in zip(dead, smooth) if m >= 0.5)
+    summary = (f"dead-group fraction {start:.2f} over {log.span(log.head)}, {end:.2f} over {log.span(log.tail)} "
+               f"(rule: end ≥ 0.5 and ≥ start + 0.3); its moving average passed 0.5 at step {crossed}; "
+               f"mean reward at the end {end_reward:.3g}")
+    evidence = _evidence("dead_group_fraction", log.points(log.tail, "dead_group_fraction"), summary, 0.5)
+    if mastered:
+        gain = end_reward - log.mean([r for r in log.rows if r["step"] <= crossed][-len(log.head):], "reward_mean")
+        return Finding(
+            "dead_groups_late", f"By the end {end:.0%} of the groups were dead, up from {start:.0%}, with the reward "
+            "high: most groups are all right, so the late steps teach little. Expected late in a run that "
+            "succeeds (lesson 08's default run ends near 75 %); a sign to stop sooner or make the task harder.",
+            evidence,
+            ["the model has mastered these prompts: at success rate p a group is all right with probability p^G "
+             "(p = 0.95, G = 8: 66 %)", "G is small for a model this accurate"],
+            [("total_training_steps", f"fewer: the dead fraction passed 0.5 at step {crossed}, and the reward rose "
+              f"by only {gain:.2g} after it", "each later step trains on a few live groups, diluted by dead ones"),
+             ("num_generations", log.change("num_generations", 2, "raise it, e.g. 8 → 16"),
+              "a larger group is less often all right"),
+             ("task / dataset", "harder prompts, or drop the prompts that are always solved", "lesson 03 §8")],
+            "03_zero_sigma", 20)
+    return Finding(
+        "dead_groups_late", f"By the end {end:.0%} of the groups were dead, up from {start:.0%}, with the reward low: "
+        "most groups are all wrong, so the run cannot recover by itself.", evidence,
+        ["the policy got worse during the run (see reward_collapse if it is listed)",
+         "the later prompts are harder than the early ones (an ordered dataset)"],
+        [_lower_lr(log, 3, "smaller updates are less likely to break what the model could do"),
+         ("task / dataset", "shuffle the prompts, or mix easier ones in", "every step needs some groups that "
+          "are sometimes right")], "03_zero_sigma", 40)
+
+
+def _reward_collapse(log):
+    """Collapse: the reward's moving average (window max(3, n/20)) peaks before the end, and the
+    end's mean reward is back within a quarter of the way from the floor to that peak.
+
+    The floor is 0 (or the lowest reward, if negative); the peak must be ≥ 0.1 above it.
+    """
+    points = log.points(log.rows, "reward_mean")
+    values = [v for _, v in points]
+    window = max(3, log.n // 20)
+    smooth = _moving_average(values, window)
+    i_peak = max(range(len(smooth)), key=smooth.__getitem__)
+    floor, peak, end = min(0.0, min(values)), smooth[i_peak], log.mean(log.tail, "reward_mean")
+    threshold = floor + 0.25 * (peak - floor)
+    if i_peak >= log.n - len(log.tail) or peak - floor < 0.1 or end > threshold:
+        return None
+    summary = (f"the reward's moving average ({window} steps) peaked at {peak:.3g} at step {points[i_peak][0]}; "
+               f"{log.span(log.tail)} average {end:.3g} (rule: ≤ {threshold:.3g}, a quarter of the way from "
+               f"{floor:g} to the peak)")
+    return Finding(
+        "reward_collapse", f"The reward fell from {peak:.2f} to {end:.2f} and stayed there: the policy collapsed.",
+        _evidence("reward_mean", log.points(log.tail, "reward_mean"), summary, threshold,
+                  peak={"step": points[i_peak][0], "value": peak}),
+        ["learning_rate too high: a few large updates moved the policy to where it is almost never right, and "
+         "all-wrong groups give no signal to come back (lesson 05: lr 2e-3 collapses within 30 steps)",
+         "beta too small to hold the policy near π_ref", "a reward function that changed or broke mid-run"],
+        [_lower_lr(log, 10, "lesson 05's run at 2e-4 learns where 2e-3 collapses"), _raise_beta(log),
+         ("max_grad_norm", "keep it at 1.0 (0 turns clipping off)", "bounds the size of each update")],
+        "05_toy_grpo", 90)
+
+
+def _reward_oscillation(log):
+    """Oscillation: block means of the reward (blocks of max(3, n/20) steps) jump by at least a
+    quarter of the reward's range, at least twice up and twice down."""
+    values = [v for _, v in log.points(log.rows, "reward_mean")]
+    w = max(3, log.n // 20)
+    blocks = [(log.rows[min(i + w, log.n) - 1]["step"], sum(values[i:i + w]) / len(values[i:i + w]))
+              for i in range(0, log.n, w)]
+    scale = max(values) - min(0.0, min(values))
+    jumps = [b[1] - a[1] for a, b in zip(blocks, blocks[1:])]
+    ups, downs = sum(j >= 0.25 * scale for j in jumps), sum(j <= -0.25 * scale for j in jumps)
+    if scale <= 0 or ups < 2 or downs < 2:
+        return None
+    summary = (f"the mean reward of blocks of {w} steps jumped by ≥ {0.25 * scale:.3g} (a quarter of its range) "
+               f"{ups} times up and {downs} times down (rule: ≥ 2 each)")
+    return Finding(
+        "reward_oscillation", "The reward swings up and down by large amounts instead of climbing: training is "
+        "unstable.", _evidence("reward_mean", blocks, summary),
+        ["learning_rate too high: updates overshoot and undo each other",
+         "few completions per step (batch_size × num_generations), so each step's estimate is noisy",
+         "a reward with outliers (seed 004: check the reward for abnormal values)"],
+        [_lower_lr(log, 3, "smaller steps stop the overshooting (seed 004: lower it, train longer)"),
+         ("batch_size", log.change("batch_size", 2, "raise it, e.g. 16 → 32"), "more prompts per step average "
+          "out the noise"), _raise_beta(log)],
+        "05_toy_grpo", 60)
+
+
+def _grad_norm_spikes(log):
+    """Spikes: grad_norm above 10× the median of the (up to max(5, n/10)) steps before it, which must number ≥ 3."""
+    points = [(s, v) for s, v in log.points(log.rows, "grad_norm") if v > 0]
+    w = max(5, log.n // 10)
+    spikes = []
+    for i, (step, value) in enumerate(points):
+        before = [v for _, v in points[max(0, i - w):i]]
+        if len(before) >= 3 and value > 10 * statistics.median(before):
+            spikes.append((step, value))
+    if not spikes:
+        return None
+    summary = (f"{len(spikes)} step(s) with a gradient norm above 10× the median of the {w} steps before: "
+               + ", ".join(f"step {s}: {v:.3g}" for s, v in spikes[:5]))
+    causes = ["learning_rate too high", "a rare answer with a very low probability and a large advantage "
+              "(one right answer in a group of wrong ones gets Â = (G − 1)/√G)"]
+    if log.config.get("max_grad_norm") == 0:
+        causes.insert(0, "max_grad_norm = 0: gradient clipping is off, so a spike becomes a huge update")
+    return Finding(
+        "grad_norm_spikes", "The gradient norm spiked far above its usual size: single updates were unusually large.",
+        _evidence("grad_norm", spikes, summary), causes,
+        [("max_grad_norm", "1.0 (0 turns clipping off)", "clipping bounds each update whatever the spike"),
+         _lower_lr(log, 3, "smaller updates")],
+        "05_toy_grpo", 30 + 10 * min(3, len(spikes)))
+
+
+def _kl_runaway(log):
+    """KL running away: the end's mean kl > 1 nat per token (severity 70), or > 0.3 and more than
+    twice the mean of the steps just before the end window (still climbing; severity 45)."""
+    if not log.has("kl"):
+        return None
+    end = log.mean(log.tail, "kl") or 0.0
+    before = log.rows[max(0, log.n - 2 * len(log.tail)):log.n - len(log.tail)]
+    earlier = log.mean(before, "kl") if before else None
+    if end > 1.0:
+        severity, rule = 70, "rule: > 1 nat per token"
+    elif end > 0.3 and earlier is not None and end > 2 * earlier:
+        severity, rule = 45, f"rule: > 0.3 and > 2 × {earlier:.3g}, the mean of {log.span(before)}"
+    else:
+        return None
+    summary = f"mean KL to π_ref over {log.span(log.tail)}: {end:.3g} nat per token ({rule})"
+    causes = ["learning_rate too high: large updates carry the policy far from π_ref",
+              "beta (β" + (f" = {_number(log.config['beta'])}" if "beta" in log.config else "") + ") too small to hold it",
+              "a reward the policy exploits by moving far (see reward_up_accuracy_down)"]
+    return Finding(
+        "kl_runaway", f"The KL to the reference model grew to {end:.2f} nat per token: the policy has drifted far from "
+        "where it started (healthy runs of the bundled model stay near 0.1–0.2).",
+        _evidence("kl", log.points(log.tail, "kl"), summary, 1.0), causes,
+        [_raise_beta(log), _lower_lr(log, 3, "smaller steps drift less")],
+        "04b_kl_and_loss_types", severity)
+
+
+def _entropy_collapse(log):
+    """Entropy collapse: the end's mean entropy < 0.1 × the start's. Severity 35, or 55 when the
+    end's dead_group_fraction is ≥ 0.5 too (nothing left to compare)."""
+    start, end = log.mean(log.head, "entropy"), log.mean(log.tail, "entropy")
+    if not start or start <= 0 or end is None or end >= 0.1 * start:
+        return None
+    dead = log.mean(log.tail, "dead_group_fraction")
+    summary = (f"mean entropy {start:.3g} over {log.span(log.head)}, {end:.3g} over {log.span(log.tail)} "
+               f"(rule: end < 0.1 × start)" + ("" if dead is None else f"; dead-group fraction at the end {dead:.2f}"))
+    lost = dead is not None and dead >= 0.5
+    symptom = (f"The entropy fell to {end / start:.0%} of its start: the model samples nearly the same answer every "
+               "time" + (f", and {dead:.0%} of the groups are dead, so GRPO has little left to compare." if lost
+                         else "."))
+    return Finding(
+        "entropy_collapse", symptom,
+        _evidence("entropy", log.points(log.tail, "entropy"), summary, 0.1 * start),
+        ["the policy became (nearly) deterministic: fine for a solved task, but nothing is explored any more",
+         "a sampling temperature below 1", "a learning rate or run length that sharpened it too far",
+         "beta too small to keep it near the more varied start"],
+        [("temperature", log.change("temperature", 1.2, "raise it, e.g. 1.0 → 1.2"),
+          "flattens the sampling distribution (lesson 05 §4.4: τ = 1.2 keeps more entropy and fewer dead groups)"),
+         _raise_beta(log), ("total_training_steps", "stop earlier", "sharpening continues as long as the run does")],
+        "05_toy_grpo", 55 if lost else 35)
+
+
+def _completion_length(log):
+    """Truncation: TRL's clipped_ratio ≥ 0.2 at the start or end, or (config given) mean
+    completion_length ≥ 0.98 × max_completion_length there: severity 60.
+    Length collapse: the end's mean length < 0.5 × the start's: severity 50."""
+    limit = log.config.get("max_completion_length")
+    for rows in (log.tail, log.head):
+        cut, length = log.mean(rows, "truncated_fraction"), log.mean(rows, "completion_length")
+        if cut is not None and cut >= 0.2:
+            summary = f"{cut:.0%} of completions cut at the length limit over {log.span(rows)} (rule: ≥ 20 %)"
+            evidence = _evidence("truncated_fraction", log.points(rows, "truncated_fraction"), summary, 0.2)
+        elif cut is None and limit and length is not None and length >= 0.98 * limit:
+            summary = (f"mean completion length {length:.3g} tokens over {log.span(rows)}, max_completion_length "
+                       f"{limit} (rule: ≥ 98 % of it)")
+            evidence = _evidence("completion_length", log.points(rows, "completion_length"), summary, 0.98 * limit)
+        else:
+            continue
+        return Finding(
+            "completion_truncated", "The completions run into max_completion_length: answers are cut off before "
+            "they end, and a cut answer is scored unfinished.", evidence,
+            ["max_completion_length is too small for the answers the task needs",
+             "the model rambles and rarely ends with <eos> (loss_type='grpo' penalises long wrong answers less per "
+             "token)"],
+            [("max_completion_length", log.change("max_completion_length", 2, "raise it"),
+              "room for a whole answer and its <eos>"),
+             ("loss_type", "'dapo' (TRL's default)", "weighs every token equally, removing the length bias")],
+            "08_full_grpo_run", 60)
+    start, end = log.mean(log.head, "completion_length"), log.mean(log.tail, "completion_length")
+    if not start or end is None or end >= 0.5 * start:
+        return None
+    summary = (f"mean completion length {start:.3g} tokens over {log.span(log.head)}, {end:.3g} over "
+               f"{log.span(log.tail)} (rule: end < 0.5 × start)")
+    return Finding(
+        "length_collapse", f"The completions shrank from {start:.1f} to {end:.1f} tokens on average.",
+        _evidence("completion_length", log.points(log.tail, "completion_length"), summary, 0.5 * start),
+        ["a reward that pays for brevity, or that an empty answer passes (a format reward)",
+         "loss_type='grpo' averages each answer over its own tokens, so a short answer's tokens weigh more",
+         "the model learned to end with <eos> at once"],
+        [("reward functions", "check what an empty or one-token answer scores", "it should not pay"),
+         ("loss_type", "'dapo' or 'dr_grpo'", "no per-answer length normalisation (lesson 04b §4)")],
+        "04b_kl_and_loss_types", 50)
+
+
+def _clip_fraction(log):
+    """Clip: the whole run's mean clip_fraction > 0.2 (severity 45); or, with a config of
+    num_iterations = 1, > 0.001 at all (severity 65: on-policy, the ratio is 1 and the clip cannot bind)."""
+    mean = log.mean(log.rows, "clip_fraction")
+    if mean is None:
+        return None
+    points = log.points(log.rows, "clip_fraction")
+    if log.config.get("num_iterations") == 1 and mean > 1e-3:
+        summary = f"mean clip fraction {mean:.3g} over all {log.n} steps with num_iterations = 1 (rule: > 0.001)"
+        return Finding(
+            "clip_on_policy", f"The clip bound on {mean:.1%} of tokens although num_iterations = 1, where π_θold is "
+            "the policy being updated, the ratio is exactly 1, and the clip cannot bind.",
+            _evidence("clip_fraction", points, summary, 1e-3),
+            ["π_θold did not come from the policy being trained: log-probs from another engine (vLLM) or "
+             "precision (bf16 sampling, fp32 training), or at another temperature",
+             "the config passed to diagnose is not the run's (another num_iterations)"],
+            [("num_iterations", "check it is the run's own value", "the rule assumes μ = 1"),
+             ("temperature", "the same τ for sampling and for the loss", "else π_θold and π_θ differ from the start")],
+            "04_clipped_loss", 65)
+    if mean <= 0.2:
+        return None
+    summary = f"mean clip fraction {mean:.3g} over all {log.n} steps (rule: > 0.2)"
+    return Finding(
+        "clip_fraction_high", f"The clip bound on {mean:.0%} of tokens on average: most of each batch's gradient is "
+        "switched off, because the policy moves too far between sampling and updating.",
+        _evidence("clip_fraction", points, summary, 0.2),
+        ["learning_rate too high for several updates per batch", "too many inner updates (num_iterations)",
+         "the sampler's log-probs differ from the trainer's (another engine or precision)"],
+        [_lower_lr(log, 3, "each inner update moves the policy less"),
+         ("num_iterations", log.change("num_iterations", 0.5, "fewer"), "fewer updates per batch: r stays near 1"),
+         ("epsilon_high", "0.28 (DAPO's clip-higher)", "lets rare good tokens grow further before clipping")],
+        "04_clipped_loss", 45)
+
+
+def _reward_up_accuracy_down(log):
+    """Reward up, accuracy down. With ≥ 3 held-out evaluations: the last is ≥ 0.05 below the best
+    earlier one, and the batch reward after that best evaluation averages more than before it
+    (severity 80). Without: the per-step checker accuracy (when it is not the reward itself)
+    falls ≥ 0.05 from start to end while the reward rises ≥ 0.1 of its range (severity 75)."""
+    if log.evals and len(log.evals) >= 3:
+        best = max(log.evals, key=lambda e: e["accuracy"])
+        last = log.evals[-1]
+        before = [r for r in log.rows if r["step"] <= best["step"]] or log.head
+        after = [r for r in log.rows if best["step"] < r["step"] <= last["step"]]
+        if last["step"] <= best["step"] or best["accuracy"] - last["accuracy"] < 0.05 or not after:
+            return None
+        up, down = log.mean(before, "reward_mean"), log.mean(after, "reward_mean")
+        if down <= up:
+            return None
+        summary = (f"held-out accuracy {best['accuracy']:.3g} at step {best['step']}, {last['accuracy']:.3g} at step "
+                   f"{last['step']} (rule: ≥ 0.05 lower); batch reward {up:.3g} up to step {best['step']}, {down:.3g} "
+                   "after it")
+        evidence = _evidence("heldout_accuracy", [(e["step"], e["accuracy"]) for e in log.evals], summary,
+                             best["accuracy"] - 0.05)
+        severity, seen = 80, "held-out accuracy"
+    else:
+        pairs = [(r["reward_mean"], r["accuracy"]) for r in log.rows if r.get("accuracy") is not None]
+        if len(pairs) < log.n or all(abs(a - b) < 1e-9 for a, b in pairs):
+            return None                                 # not logged, or the reward *is* the accuracy
+        values = [v for _, v in log.points(log.rows, "reward_mean")]
+        rise = log.mean(log.tail, "reward_mean") - log.mean(log.head, "reward_mean")
+        fall = log.mean(log.head, "accuracy") - log.mean(log.tail, "accuracy")
+        scale = max(values) - min(0.0, min(values))
+        if rise < 0.1 * scale or fall < 0.05:
+            return None
+        summary = (f"from {log.span(log.head)} to {log.span(log.tail)} the reward rose by {rise:.3g} (rule: ≥ "
+                   f"{0.1 * scale:.3g}) while the checker's accuracy fell by {fall:.3g} (rule: ≥ 0.05)")
+        evidence = _evidence("accuracy", log.points(log.rows, "accuracy"), summary)
+        severity, seen = 75, "the task checker's accuracy"
+    epoch = log.rows[-1].get("epoch")
+    return Finding(
+        "reward_up_accuracy_down", f"The reward kept rising while {seen} fell: the model is learning what the reward "
+        "pays for, not the task.", evidence,
+        ["reward hacking: the reward pays for something besides a right answer (a format bonus, a length term, a "
+         "loophole in the checker)", f"overfitting to the training prompts (epoch {epoch} at the end)",
+         "held-out prompts unlike the training prompts"],
+        [("reward functions", "read high-reward answers, close the loophole, weigh correctness higher "
+          "(reward_weights)", "the reward must agree with the task"),
+         ("eval_every", "e.g. 50", "catch the turn early and keep the checkpoint before it"), _raise_beta(log)],
+        "07_reward_design", severity)
+
+
+RULES = (
+    (_no_reward_signal, "rewards vary within groups from the start", ("dead_group_fraction",)),
+    (_dead_groups_late, "dead groups do not take over late", ("dead_group_fraction",)),
+    (_reward_collapse, "the reward does not collapse", ("reward_mean",)),
+    (_reward_oscillation, "the reward does not swing up and down", ("reward_mean",)),
+    (_grad_norm_spikes, "the gradient norm does not spike", ("grad_norm",)),
+    (_kl_runaway, "the KL to π_ref stays moderate", ("kl",)),
+    (_entropy_collapse, "the entropy does not collapse", ("entropy",)),
+    (_completion_length, "completions are neither cut at the limit nor shrinking", ("completion_length",)),
+    (_clip_fraction, "the clip fraction stays low", ("clip_fraction",)),
+    (_reward_up_accuracy_down, "the reward and held-out accuracy do not part ways", ("reward_mean",)),
+)
+"""(rule, what a pass means, the metrics it needs): every check ``diagnose`` runs, in this order."""
+
+
+# --- the public functions ------------------------------------------------------------------
+def _prepare(history, evals, config):
+    rows, file_evals, file_config = load_run(history)
+    evals = _checked_evals(evals) if evals is not None else (_checked_evals(file_evals) if file_evals else None)
+    config = _checked_config(config) if config is not None else _checked_config(file_config)
+    return _Log(rows, evals, config)
+
+
+def diagnose(history, evals=None, *, config=None):
+    """Findings about a run, the most severe first; [] for a healthy run.
+
+    ``history``: see the module docstring (a list of metrics dicts, our ``--metrics-out``
+    JSONL, a checkpoint's or TRL's ``trainer_state.json``). ``evals``: held-out evaluations
+    ``[{"step", "accuracy"}]`` (``trainer.evals``) or a file of them. ``config``: the run's
+    GRPOConfig (or dict), which turns fixes into concrete values and enables the rules that
+    need it (truncation, clipping with μ = 1). A checkpoint file supplies both.
+    """
+    log = _prepare(history, evals, config)
+    findings = [f for rule, _, needs in RULES if all(log.has(k) for k in needs) for f in [rule(log)] if f]
+    return sorted(findings, key=lambda f: -f.severity)
+
+
+def coverage(history, evals=None, *, config=None):
+    """What ``diagnose`` checked on this run, and what it could not (a metric not logged), as lines of text."""
+    log = _prepare(history, evals, config)
+    lines = []
+    for _, what, needs in RULES:
+        missing = [k for k in needs if not log.has(k)]
+        lines.append(f"not checked: {what} (no {', '.join(missing)} logged)" if missing else f"checked: {what}")
+    if not log.evals:
+        lines.append("held-out accuracy: none given (pass evals); the per-step checker accuracy was used if logged")
+    if not log.config:
+        lines.append("no config given: truncation by mean length and the μ = 1 clip check were skipped")
+    return lines
+
+
+def format_findings(findings):
+    """Readable text: each finding's symptom, evidence, causes, fixes and lesson, most severe first."""
+    if not findings:
+        return "no problems found"
+    lines = [f"{len(findings)} finding{'s' if len(findings) > 1 else ''}, most severe first"]
+    for i, f in enumerate(findings, start=1):
+        lines += ["", f"{i}. {f.name} (severity {f.severity:g}) · lesson {f.lesson}", f"   {f.symptom}",
+                  f"   evidence: {f.evidence['summary']}", "   likely causes:"]
+        lines += [f"     - {cause}" for cause in f.causes]
+        lines.append("   try:")
+        lines += [f"     - {field}: {change} — {why}" for field, change, why in f.fixes]
+    return "\n".join(lines)
+
+
+def plot_evidence(history, findings):
+    """A Figure with one panel per metric behind the findings (at most 6): the metric over the
+    run (faint: per step; bold: moving average), the points that triggered the rule in red, and
+    the rule's threshold dashed."""
+    from matplotlib.figure import Figure
+
+    from grpo_edu.viz import BLUE, GREY, RED, moving_average
+
+    rows = load_run(history)[0]
+    panels = {}
+    for f in findings:
+        panels.setdefault(f.evidence["metric"], f)
+    panels = list(panels.items())[:6] or [("reward_mean", None)]
+    fig = Figure(figsize=(3.6 * min(3, len(panels)), 2.8 * math.ceil(len(panels) / 3)), layout="constrained")
+    axes = fig.subplots(math.ceil(len(panels) / 3), min(3, len(panels)), squeeze=False).ravel()
+    for ax, (metric, finding) in zip(axes, panels):
+        points = _Log.points(rows, metric)
+        if metric == "heldout_accuracy" and finding:
+            points = list(zip(finding.evidence["steps"], finding.evidence["values"]))
+        if points:
+            steps, values = zip(*points)
+            ax.plot(steps, values, color=BLUE, lw=0.6, alpha=0.35)
+            ax.plot(steps, moving_average(values, max(3, len(rows) // 20)), color=BLUE, lw=1.8)
+        if finding:
+            ax.plot(finding.evidence["steps"], finding.evidence["values"], "o", color=RED, ms=3,
+                    label="evidence")
+            if "peak" in finding.evidence:
+                peak = finding.evidence["peak"]
+                ax.plot([peak["step"]], [peak["value"]], "^", color=RED, ms=7, label="peak (moving average)")
+            if finding.evidence.get("threshold") is not None:
+                ax.axhline(finding.evidence["threshold"], color=GREY, ls="--", lw=1.2, label="rule's threshold")
+            ax.set_title(finding.name, fontsize=9)
+            ax.legend(fontsize=7)
+        else:
+            ax.set_title("no problems found", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel(metric, fontsize=8)
+        ax.tick_params(labelsize=8)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    return fig

@@ -1,0 +1,298 @@
+"""grpo_edu.diagnose: each rule on a synthetic history that shows it, real runs (healthy and sick),
+TRL's trainer_state.json, and the errors for bad input."""
+
+import json
+import math
+
+import pytest
+
+from grpo_edu.config import GRPOConfig
+from grpo_edu.diagnose import (MIN_STEPS, RULES, TRL_NAMES, Finding, coverage, diagnose, format_findings, load_run,
+                               plot_evidence)
+
+
+# --- synthetic histories -------------------------------------------------------------------
+def healthy(t, n):
+    """A run shaped like the bundled model's first steps: reward up, entropy down a little, small KL."""
+    wiggle = 0.03 * math.sin(1.7 * t)                      # step-to-step sampling noise, deterministic
+    reward = 0.45 + 0.3 * t / n + wiggle
+    return {"step": t, "epoch": 1, "loss": 0.004, "reward_mean": reward, "reward_std": 0.49, "accuracy": reward,
+            "dead_group_fraction": 0.05 + 0.1 * t / n, "clip_fraction": 0.0, "kl": 0.1 * (1 - math.exp(-t / 10)),
+            "ratio_mean": 1.0, "entropy": 1.1 - 0.5 * t / n, "completion_length": 3.6 + wiggle,
+            "grad_norm": 3.5 + 20 * wiggle, "reward/ArithmeticTask.reward": reward, "seconds": 0.1}
+
+
+def history(n=60, **curves):
+    """``n`` healthy steps, with each metric in ``curves`` replaced by ``curve(t, n)`` (a function of the step)."""
+    rows = [healthy(t, n) for t in range(1, n + 1)]
+    for key, curve in curves.items():
+        for row in rows:
+            row[key] = curve(row["step"], n)
+    return rows
+
+
+def late(t, n, before, after, at=0.25):
+    """``before`` up to a quarter of the run (or ``at``), then ``after``."""
+    return before if t <= at * n else after
+
+
+def first(findings):
+    assert findings, "expected a finding"
+    return findings[0].name
+
+
+def test_a_healthy_synthetic_run_has_no_finding():
+    assert diagnose(history()) == []
+    assert diagnose(history(), config=GRPOConfig()) == []
+    assert diagnose(history(n=1500)) == []
+    assert format_findings([]) == "no problems found"
+
+
+SICK = {
+    "reward_always_zero": dict(reward_mean=lambda t, n: 0.0, reward_std=lambda t, n: 0.0, accuracy=lambda t, n: 0.0,
+                               dead_group_fraction=lambda t, n: 1.0),
+    "no_reward_signal": dict(reward_mean=lambda t, n: 1.0, reward_std=lambda t, n: 0.0,
+                             dead_group_fraction=lambda t, n: 1.0, **{"reward/ArithmeticTask.reward": lambda t, n: 1.0}),
+    "dead_groups_late": dict(dead_group_fraction=lambda t, n: 0.05 + 0.85 * t / n,
+                             reward_mean=lambda t, n: 0.5 + 0.45 * t / n, accuracy=lambda t, n: 0.5 + 0.45 * t / n),
+    "reward_collapse": dict(reward_mean=lambda t, n: late(t, n, 0.5, 0.02), accuracy=lambda t, n: late(t, n, 0.5, 0.02)),
+    "reward_oscillation": dict(reward_mean=lambda t, n: 0.2 if (t - 1) // 3 % 2 else 0.7,
+                               accuracy=lambda t, n: 0.2 if (t - 1) // 3 % 2 else 0.7),
+    "grad_norm_spikes": dict(grad_norm=lambda t, n: 80.0 if t in (30, 45) else 3.0),
+    "kl_runaway": dict(kl=lambda t, n: 1.5 * t / n * 1.5),
+    "entropy_collapse": dict(entropy=lambda t, n: 1.1 * math.exp(-t / 8)),
+    "length_collapse": dict(completion_length=lambda t, n: late(t, n, 3.6, 1.2, at=0.5)),
+    "clip_fraction_high": dict(clip_fraction=lambda t, n: 0.3),
+    "reward_up_accuracy_down": dict(accuracy=lambda t, n: 0.6 - 0.3 * t / n),
+}
+
+
+@pytest.mark.parametrize("name", list(SICK))
+def test_each_rule_finds_its_symptom_first(name):
+    findings = diagnose(history(**SICK[name]))
+    assert first(findings) == name, format_findings(findings)
+    top = findings[0]
+    assert isinstance(top, Finding) and top.symptom and top.causes and top.lesson
+    assert len(top.evidence["steps"]) == len(top.evidence["values"]) > 0
+    assert all(len(fix) == 3 for fix in top.fixes)
+    text = format_findings(findings)
+    assert f"1. {name} (severity" in text and top.evidence["summary"] in text and top.lesson in text
+
+
+def test_findings_are_sorted_most_severe_first():
+    findings = diagnose(history(**SICK["reward_collapse"], **SICK["kl_runaway"], **SICK["clip_fraction_high"]))
+    assert [f.name for f in findings] == ["reward_collapse", "kl_runaway", "clip_fraction_high"]
+    assert [f.severity for f in findings] == sorted((f.severity for f in findings), reverse=True)
+
+
+def test_zero_reward_and_constant_reward_are_told_apart():
+    zero = diagnose(history(**SICK["reward_always_zero"]))[0]
+    assert zero.evidence["metric"] == "dead_group_fraction" and zero.evidence["threshold"] == 0.9
+    assert zero.severity == 100 and any("too hard" in c for c in zero.causes)
+    # the checker saw right answers the reward did not pay: the reward function disagrees with it
+    zero = diagnose(history(**{**SICK["reward_always_zero"], "accuracy": lambda t, n: 0.3}))[0]
+    assert "disagrees with the checker" in zero.causes[0]
+    const = diagnose(history(**SICK["no_reward_signal"]))[0]
+    assert "reward/ArithmeticTask.reward returned the same mean reward on every step" in const.causes[0]
+    assert "the reward ignores whether the answer is right" in const.causes[1]     # accuracy moved, the reward did not
+    # a run that gets out of it later is a smaller problem
+    escaped = diagnose(history(**{**SICK["reward_always_zero"], "dead_group_fraction": lambda t, n: late(t, n, 1.0, 0.2)}))
+    assert escaped[0].name == "reward_always_zero" and escaped[0].severity == 50
+
+
+def test_dead_groups_late_tells_mastered_from_broken():
+    mastered = diagnose(history(**SICK["dead_groups_late"]))[0]
+    assert mastered.severity == 20 and "mastered" in mastered.causes[0]
+    assert mastered.fixes[0][0] == "total_training_steps"
+    broken = diagnose(history(dead_group_fraction=lambda t, n: 0.05 + 0.8 * t / n,
+                              reward_mean=lambda t, n: 0.5 - 0.2 * t / n, accuracy=lambda t, n: 0.5 - 0.2 * t / n))
+    assert first(broken) == "dead_groups_late" and broken[0].severity == 40 and "all wrong" in broken[0].symptom
+
+
+def test_kl_still_climbing_is_a_milder_finding():
+    findings = diagnose(history(kl=lambda t, n: late(t, n, 0.1, 0.5, at=0.75)))
+    assert first(findings) == "kl_runaway" and findings[0].severity == 45
+    assert diagnose(history(kl=lambda t, n: None)) == []          # β = 0: no KL measured, nothing to say
+
+
+def test_truncation_needs_the_limit_from_the_config():
+    cut = history(completion_length=lambda t, n: 4.0)
+    assert diagnose(cut) == []                                    # 4 tokens may be 3 digits and <eos>: unknown
+    findings = diagnose(cut, config=GRPOConfig(max_completion_length=4))
+    assert first(findings) == "completion_truncated"
+    assert ("max_completion_length", "4 → 8") == findings[0].fixes[0][:2]
+    assert diagnose(cut, config=GRPOConfig(max_completion_length=8)) == []
+
+
+def test_clip_with_one_iteration_is_itself_a_sign():
+    small_clip = history(clip_fraction=lambda t, n: 0.01)
+    assert diagnose(small_clip) == []
+    assert first(diagnose(small_clip, config=GRPOConfig(num_iterations=1))) == "clip_on_policy"
+    assert diagnose(small_clip, config=GRPOConfig(num_iterations=2)) == []
+
+
+def test_reward_up_while_held_out_accuracy_falls():
+    evals = [{"step": 0, "accuracy": 0.5}, {"step": 20, "accuracy": 0.7}, {"step": 40, "accuracy": 0.6},
+             {"step": 60, "accuracy": 0.55}]
+    findings = diagnose(history(), evals=evals)
+    assert first(findings) == "reward_up_accuracy_down" and findings[0].severity == 80
+    assert findings[0].evidence["metric"] == "heldout_accuracy"
+    assert findings[0].lesson == "07_reward_design"
+    rising = [dict(e, accuracy=0.5 + e["step"] / 200) for e in evals]
+    assert diagnose(history(), evals=rising) == []
+
+
+def test_fixes_use_the_configs_values():
+    findings = diagnose(history(**SICK["reward_collapse"]), config=GRPOConfig(learning_rate=2e-3))
+    assert findings[0].fixes[0][:2] == ("learning_rate", "2e-3 → 2e-4")
+    assert findings[0].fixes[1][:2] == ("beta", "0.04 → 0.1")
+    assert diagnose(history(**SICK["reward_collapse"]))[0].fixes[0][1] == "divide by 10"
+
+
+def test_a_jsonl_file_gives_the_same_findings(tmp_path):
+    rows = history(**SICK["reward_collapse"])
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert diagnose(str(path)) == diagnose(rows)
+    assert diagnose(path)[0].name == "reward_collapse"
+
+
+def test_plot_evidence_draws_one_panel_per_metric():
+    from matplotlib.figure import Figure
+
+    rows = history(**SICK["reward_collapse"], **SICK["kl_runaway"])
+    findings = diagnose(rows)
+    fig = plot_evidence(rows, findings)
+    assert isinstance(fig, Figure)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert titles == [f.name for f in findings]
+    assert [ax.get_title() for ax in plot_evidence(history(), []).axes] == ["no problems found"]
+
+
+def test_coverage_says_what_could_not_be_checked():
+    lines = coverage(history(kl=lambda t, n: None))
+    assert len([line for line in lines if line.startswith(("checked", "not checked"))]) == len(RULES)
+    assert "not checked: the KL to π_ref stays moderate (no kl logged)" in lines
+
+
+# --- TRL's trainer_state.json ----------------------------------------------------------------
+def trl_state(n=12, every=10, **curves):
+    """A TRL trainer_state.json: a log row every ``every`` optimizer steps, an eval row and the summary row."""
+    rows = []
+    for i, ours in enumerate(history(n, **curves), start=1):
+        rows.append({"loss": ours["loss"], "grad_norm": ours["grad_norm"], "learning_rate": 3e-4 * (1 - i / n),
+                     "num_tokens": 1000.0 * i, "completions/mean_length": ours["completion_length"],
+                     "completions/min_length": 2.0, "completions/max_length": 4.0,
+                     "completions/clipped_ratio": curves.get("clipped", lambda t, n: 0.0)(i, n),
+                     "rewards/accuracy_reward/mean": ours["reward_mean"], "rewards/accuracy_reward/std": 0.49,
+                     "reward": ours["reward_mean"], "reward_std": ours["reward_std"],
+                     "frac_reward_zero_std": ours["dead_group_fraction"], "kl": ours["kl"], "entropy": ours["entropy"],
+                     "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
+                     "clip_ratio/region_mean": ours["clip_fraction"], "epoch": i / n, "step": i * every})
+        if i == n // 2:
+            rows.append({"eval_loss": 0.1, "eval_reward": 0.6, "epoch": i / n, "step": i * every})
+    rows.append({"train_runtime": 12.0, "train_loss": 0.01, "epoch": 1.0, "step": n * every})
+    return {"global_step": n * every, "max_steps": n * every, "logging_steps": every, "log_history": rows}
+
+
+def test_trl_names_map_to_ours(tmp_path):
+    path = tmp_path / "trainer_state.json"
+    state = trl_state()
+    path.write_text(json.dumps(state))
+    rows, evals, config = load_run(path)
+    assert len(rows) == 12 and evals is None and config is None           # the eval and summary rows are dropped
+    trl = state["log_history"][0]
+    assert rows[0]["step"] == 10 and rows[0]["epoch"] == pytest.approx(1 / 12)
+    for trl_name, ours in TRL_NAMES.items():
+        assert rows[0][ours] == trl[trl_name]
+    assert rows[0]["reward/accuracy_reward"] == trl["rewards/accuracy_reward/mean"]
+    assert "accuracy" not in rows[0] and "rewards/accuracy_reward/std" not in rows[0]
+    assert load_run(state["log_history"])[0] == rows                       # the log_history list alone
+    assert diagnose(path) == []
+
+
+def test_a_sick_trl_run_is_diagnosed(tmp_path):
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps(trl_state(kl=SICK["kl_runaway"]["kl"])))
+    assert first(diagnose(path)) == "kl_runaway"
+    path.write_text(json.dumps(trl_state(clipped=lambda t, n: 0.5)))      # TRL counts the cut completions
+    findings = diagnose(path)
+    assert first(findings) == "completion_truncated" and findings[0].evidence["metric"] == "truncated_fraction"
+
+
+# --- bad input -------------------------------------------------------------------------------
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_bad_files_are_named_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match=r"^history: \S*empty\.jsonl is empty\. Fix: "):
+        diagnose(write(tmp_path, "empty.jsonl", "\n"))
+    good = "".join(json.dumps(r) + "\n" for r in history(8))
+    broken = good.replace("\n", "\n{\"step\": 9, \"reward_mean\n", 1)
+    with pytest.raises(ValueError, match=r"^history: \S*broken\.jsonl line 2 is not JSON \(.*\)\. Fix: repair or delete"):
+        diagnose(write(tmp_path, "broken.jsonl", broken))
+    with pytest.raises(ValueError, match=r"^history: \S*other\.json is neither grpo_edu metrics nor TRL's trainer_state"):
+        diagnose(write(tmp_path, "other.json", json.dumps({"model": "gpt2", "lr": 3e-4})))
+    with pytest.raises(ValueError, match=r"^history: \S*nowhere\.jsonl does not exist"):
+        diagnose(tmp_path / "nowhere.jsonl")
+    with pytest.raises(ValueError, match=r"^history: \S* is a folder"):
+        diagnose(tmp_path)
+
+
+def test_histories_without_what_the_rules_need_are_refused():
+    with pytest.raises(ValueError, match=r"^history: holds no steps"):
+        diagnose([])
+    with pytest.raises(ValueError, match=rf"^history: has 3 logged steps; a diagnosis needs at least {MIN_STEPS}"):
+        diagnose(history(3))
+    with pytest.raises(ValueError, match=r"^history: row 1 has no reward_mean"):
+        diagnose([{"step": t, "score": 1.0} for t in range(1, 9)])
+    with pytest.raises(ValueError, match=r"^history: row 5 has step 1 after step 4\. Fix: .*two runs"):
+        diagnose(history(4) + history(4))
+    with pytest.raises(ValueError, match=r"^history: step 3: kl is 'high', not a number"):
+        diagnose(history(kl=lambda t, n: "high" if t == 3 else 0.1))
+    with pytest.raises(ValueError, match=r"^evals: is not a list of \{'step', 'accuracy'\}"):
+        diagnose(history(), evals=[{"step": 0, "accuracy": 50}])
+    with pytest.raises(ValueError, match=r"^config: is a str"):
+        diagnose(history(), config="lr=3e-4")
+
+
+# --- real runs on the bundled model ----------------------------------------------------------
+def real_run(**config):
+    from grpo_edu.trainer import GRPOTrainer
+
+    funcs = config.pop("reward_funcs", None)
+    trainer = GRPOTrainer(GRPOConfig(eval_size=0, **config), reward_funcs=funcs)
+    trainer.train(progress=False)
+    return trainer
+
+
+def test_the_default_run_is_healthy_and_its_checkpoint_reads_back(tmp_path):
+    trainer = real_run(total_training_steps=60, output_dir=str(tmp_path / "run"))
+    assert diagnose(trainer.history, config=trainer.config) == [], format_findings(diagnose(trainer.history))
+    state = tmp_path / "run" / "checkpoint-000060" / "trainer_state.json"
+    rows, evals, config = load_run(state)
+    assert rows == json.loads(json.dumps(trainer.history)) and config == trainer.config.to_dict()
+    assert diagnose(state) == []
+
+
+def test_a_learning_rate_of_2e_3_collapses():
+    trainer = real_run(total_training_steps=40, learning_rate=2e-3)
+    findings = diagnose(trainer.history, config=trainer.config)
+    assert first(findings) == "reward_collapse", format_findings(findings)
+    assert findings[0].fixes[0][:2] == ("learning_rate", "2e-3 → 2e-4")
+
+
+def test_a_constant_reward_gives_no_signal():
+    trainer = real_run(total_training_steps=20, reward_funcs=[lambda prompts, completions, **kw: [1.0] * len(completions)])
+    findings = diagnose(trainer.history)
+    assert first(findings) == "no_reward_signal", format_findings(findings)
+    assert "<lambda> returned the same mean reward on every step" in findings[0].causes[0]
+
+
+def test_subtraction_on_the_addition_model_is_never_paid():
+    trainer = real_run(total_training_steps=20, task="subtraction")
+    findings = diagnose(trainer.history)
+    assert first(findings) == "reward_always_zero", format_findings(findings)
