@@ -19,8 +19,9 @@ Windows: with n logged steps, the *start* is the first max(3, ⌈n/10⌉) steps 
 the last max(3, ⌈n/4⌉). Rules assume rewards on a 0–1 scale (a right answer pays 1), as every
 course task's does; a reward below 0 is taken as the floor instead of 0.
 
-GRPO's loss is not checked: with μ = 1 its policy term is exactly 0 on every step (the
-advantages of a group sum to 0; lesson 03 §9), so the logged loss is β·KL, which the KL rule reads.
+The loss is not checked: it is no measure of progress. With μ = 1 and loss_type "grpo" its
+policy term is 0 on every step (the advantages of a group sum to 0; lesson 03 §9), so the
+logged loss is β times the KL, which the KL rule reads.
 """
 
 import json
@@ -187,8 +188,8 @@ def _checked_evals(evals):
     ok = isinstance(evals, list) and all(
         isinstance(e, dict) and _checks.is_finite_number(e.get("step")) and _checks.is_finite_number(e.get("accuracy"))
         and 0 <= e["accuracy"] <= 1 for e in evals)
-    if not ok:
-        _checks.fail("evals", f"{where}is not a list of {{'step', 'accuracy'}} records with accuracies in [0, 1]",
+    if not ok or any("reward_mean" in e for e in evals):              # a metrics file given by mistake
+        _checks.fail("evals", f"{where}is not a list of {{'step', 'accuracy'}} records of held-out evaluations",
                      "pass trainer.evals, or a JSON/JSONL file of them, or a checkpoint's trainer_state.json")
     return sorted(evals, key=lambda e: e["step"])
 
@@ -275,56 +276,64 @@ def _no_reward_signal(log):
     Severity 100 when the end is as dead (≥ 0.9), 50 when the run got out of it.
     """
     dead = log.mean(log.head, "dead_group_fraction")
-    if dead is None or dead < 0.9:
+    if dead is None or dead < 1.01:
         return None
     reward = log.mean(log.head, "reward_mean")
-    tail_dead = log.mean(log.tail, "dead_group_fraction")
+    tail_dead = log.mean(log.tail, "dead_group_fraction") or 0.0
     summary = (f"dead-group fraction {dead:.2f} over {log.span(log.head)} (rule: ≥ 0.9); mean reward there "
                f"{reward:.3g}, spread of rewards (reward_std) {log.mean(log.head, 'reward_std') or 0:.3g}; "
                f"dead-group fraction over the last {len(log.tail)} steps {tail_dead:.2f}")
     evidence = _evidence("dead_group_fraction", log.points(log.head, "dead_group_fraction"), summary, 0.9)
-    G = log.config.get("num_generations")
-    more_g = ("num_generations", log.change("num_generations", 2, "raise it, e.g. 8 → 16"),
-              "more tries per prompt: a group is all wrong with probability (1 − p)^G, all right with p^G")
-    warmer = ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"),
-              "more varied answers, so a group's answers (and rewards) differ more often")
     dead_rows = [r for r in log.rows if (r.get("dead_group_fraction") or 0) >= 0.9]
     accuracy = [v for _, v in log.points(dead_rows, "accuracy")]      # what the task's checker saw meanwhile
+    fixes = [("num_generations", log.change("num_generations", 2, "raise it, e.g. 8 → 16"),
+              "more tries per prompt: a group is all wrong with probability (1 − p)^G, all right with p^G"),
+             ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"),
+              "more varied answers, so a group's answers (and rewards) differ more often")]
+    severity = 100 if tail_dead >= 0.9 else 50
     if abs(reward) <= 0.05:
-        causes = [f"the task is too hard for the model: no answer right in {G or 'G'} tries",
-                  "the answers never reach the format the reward checks (a missing tag or prefix, a cut-off answer)",
-                  "a broken reward function that returns 0 for everything (e.g. it compares a str with an int)"]
-        if accuracy and max(accuracy) > 0.05:
-            causes.insert(0, f"the task's own checker counted up to {max(accuracy):.0%} right answers while the "
-                             "reward stayed 0: the reward function disagrees with the checker")
-        limit = log.config.get("max_completion_length")
-        length = log.mean(log.head, "completion_length")
-        if limit and length is not None and length >= 0.98 * limit:
-            causes.insert(0, f"every answer used all {limit} tokens it was allowed: they are cut off before the "
-                             "end (see completion_truncated)")
-        fixes = [("reward functions", "call each on a known right answer: it must pay more than a wrong one",
-                  "a reward that never pays gives GRPO nothing to prefer"),
-                 ("task / dataset", "start from prompts the model sometimes solves (measure each prompt's pass rate)",
-                  "GRPO can only reinforce answers it samples (lesson 08 §5)"), more_g, warmer]
-        return Finding("reward_always_zero", "From the start nearly every group's rewards were all 0: almost no "
-                       "answer was paid, so almost every advantage was 0 and the model had nothing to learn from.",
-                       evidence, causes,
-                       fixes, "03_zero_sigma", 100 if tail_dead >= 0.9 else 50)
-    causes = ["a reward function returns the same value whatever the completion",
-              "the task is already solved: every answer in every group is right",
-              "a temperature so low (or a model so sure) that the G answers are identical"]
-    if accuracy and max(accuracy) - min(accuracy) >= 0.05:
-        causes[1:2] = [f"the task's checker saw accuracy move between {min(accuracy):.0%} and {max(accuracy):.0%} "
-                       f"while the reward stayed at {reward:.3g}: the reward ignores whether the answer is right"]
+        return _never_paid(log, evidence, accuracy, fixes, severity)
+    return _constant_reward(log, reward, evidence, accuracy, fixes, severity)
+
+
+def _never_paid(log, evidence, accuracy, fixes, severity):
+    """The ``reward_always_zero`` finding: causes ordered by the evidence for them."""
+    causes = [f"the task is too hard for the model: no answer right in {log.config.get('num_generations', 'G')} tries",
+              "the answers never reach the format the reward checks (a missing tag or prefix, a cut-off answer)",
+              "a broken reward function that returns 0 for everything (e.g. it compares a str with an int)"]
+    if accuracy and max(accuracy) > 0.05:
+        causes.insert(0, f"the task's own checker counted up to {max(accuracy):.0%} right answers while the "
+                         "reward stayed 0: the reward function disagrees with the checker")
+    limit, length = log.config.get("max_completion_length"), log.mean(log.head, "completion_length")
+    if limit and length is not None and length >= 0.98 * limit:
+        causes.insert(0, f"every answer used all {limit} tokens it was allowed: they are cut off before the "
+                         "end (see completion_truncated)")
+    fixes = [("reward functions", "call each on a known right answer: it must pay more than a wrong one",
+              "a reward that never pays gives GRPO nothing to prefer"),
+             ("task / dataset", "start from prompts the model sometimes solves (measure each prompt's pass rate)",
+              "GRPO can only reinforce answers it samples (lesson 08 §5)"), *fixes]
+    return Finding("reward_always_zero", "From the start nearly every group's rewards were all 0: almost no answer "
+                   "was paid, so almost every advantage was 0 and the model had nothing to learn from.",
+                   evidence, causes, fixes, "03_zero_sigma", severity)
+
+
+def _constant_reward(log, reward, evidence, accuracy, fixes, severity):
+    """The ``no_reward_signal`` finding: equal rewards within groups, at a value other than 0."""
     constant = [k for k in log.head[0] if k.startswith("reward/")
                 and len({round(v, 9) for _, v in log.points(log.rows, k)}) == 1]
-    if constant:
-        causes.insert(0, f"{', '.join(constant)} returned the same mean reward on every step")
+    causes = [f"{', '.join(constant)} returned the same mean reward on every step"] if constant else []
+    if accuracy and max(accuracy) - min(accuracy) >= 0.05:
+        causes.append(f"the task's checker saw accuracy move between {min(accuracy):.0%} and {max(accuracy):.0%} "
+                      f"while the reward stayed at {reward:.3g}: the reward ignores whether the answer is right")
+    else:
+        causes.append("the task is already solved: every answer in every group is right")
+    causes += ["a reward function returns the same value whatever the completion",
+               "a temperature so low (or a model so sure) that the G answers are identical"]
     fixes = [("reward functions", "make the reward depend on the completion: a right and a wrong answer must score "
-              "differently", "GRPO learns only from differences within a group"), warmer, more_g]
+              "differently", "GRPO learns only from differences within a group"), *fixes]
     return Finding("no_reward_signal", f"From the start nearly every group's answers got equal rewards (mean "
-                   f"reward {reward:.3g}): every advantage was 0, so the model learned nothing.", evidence, causes,
-                   fixes, "03_zero_sigma", 100 if tail_dead >= 0.9 else 50)
+                   f"reward {reward:.3g}): every advantage was 0, so the model learned nothing.",
+                   evidence, causes, fixes, "03_zero_sigma", severity)
 
 
 def _dead_groups_late(log):
@@ -341,7 +350,7 @@ def _dead_groups_late(log):
     mastered = end_reward >= (max(rewards) + min(rewards)) / 2
     dead = log.points(log.rows, "dead_group_fraction")
     smooth = _moving_average([v for _, v in dead], max(3, log.n // 20))
-    crossed = next(s for (s, _), m in zip(dead, smooth) if m >= 0.5)
+    crossed = next((s for (s, _), m in zip(dead, smooth) if m >= 0.5), log.tail[0]["step"])
     summary = (f"dead-group fraction {start:.2f} over {log.span(log.head)}, {end:.2f} over {log.span(log.tail)} "
                f"(rule: end ≥ 0.5 and ≥ start + 0.3); its moving average passed 0.5 at step {crossed}; "
                f"mean reward at the end {end_reward:.3g}")
@@ -428,7 +437,9 @@ def _reward_oscillation(log):
 
 
 def _grad_norm_spikes(log):
-    """Spikes: grad_norm above 10× the median of the (up to max(5, n/10)) steps before it, which must number ≥ 3."""
+    """Spikes: a grad_norm above 10× the median of the max(5, n/10) steps before it (at least 3 of them).
+
+    Both our grad_norm and TRL's are the norm before clipping. Severity 40, 50 or 60 for 1, 2, ≥ 3 spikes."""
     points = [(s, v) for s, v in log.points(log.rows, "grad_norm") if v > 0]
     w = max(5, log.n // 10)
     spikes = []
@@ -473,7 +484,8 @@ def _kl_runaway(log):
     return Finding(
         "kl_runaway", f"The KL to the reference model grew to {end:.2f} nat per token: the policy has drifted far from "
         "where it started (healthy runs of the bundled model stay near 0.1–0.2).",
-        _evidence("kl", log.points(log.tail, "kl"), summary, 1.0), causes,
+        _evidence("kl", log.points(log.tail, "kl"), summary, 1.0 if severity == 70 else max(0.3, 2 * earlier)),
+        causes,
         [_raise_beta(log), _lower_lr(log, 3, "smaller steps drift less")],
         "04b_kl_and_loss_types", severity)
 
@@ -660,8 +672,13 @@ def diagnose(history, evals=None, *, config=None):
     need it (truncation, clipping with μ = 1). A checkpoint file supplies both.
     """
     log = _prepare(history, evals, config)
-    findings = [f for rule, _, needs in RULES if all(log.has(k) for k in needs) for f in [rule(log)] if f]
-    return sorted(findings, key=lambda f: -f.severity)
+    findings = []
+    for rule, _, needs in RULES:
+        if all(log.has(key) for key in needs):         # a metric not logged: the rule is skipped (see coverage)
+            finding = rule(log)
+            if finding is not None:
+                findings.append(finding)
+    return sorted(findings, key=lambda f: -f.severity)   # stable: equal severities keep the RULES order
 
 
 def coverage(history, evals=None, *, config=None):

@@ -282,6 +282,14 @@ def _replay_composition(num_new, replay_ratio, buffer_size):
     return replay_composition(num_new, replay_ratio, buffer_size)
 
 
+def _composite(weights, completions, answer="46"):
+    from grpo_edu.rewards import brevity_reward, combine, correctness, format_reward
+
+    funcs = {"correctness": correctness, "brevity": brevity_reward(4), "format": format_reward(3)}
+    reward = combine(**{name: (funcs[name], w) for name, w in weights.items()})
+    return reward(["12+34="] * len(completions), list(completions), answer=[answer] * len(completions))
+
+
 EXERCISES: dict[str, Any] = {
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
@@ -329,6 +337,23 @@ EXERCISES: dict[str, Any] = {
                          _admitted_ref, _admission_input,
                          "rank with a stable sort: np.argsort(-advantages, kind='stable')[:math.ceil(top_fraction * n)]; "
                          "then also require advantages > min_advantage."),
+    # lesson 07: reward design
+    "07.1": Exercise("With the guide's weights (0.6 correctness, 0.2 brevity_reward(4), 0.2 format_reward(3)), what "
+                     "reward R does the answer '46' get for 12+34=?",
+                     lambda: round(_composite({"correctness": 0.6, "brevity": 0.2, "format": 0.2}, ["46"])[0], 4),
+                     "right (1), brevity 1 − 2/4, well formed (1): weigh and add."),
+    "07.2": Exercise("A component gives every answer of a G = 4 group the same reward 0.2. What advantage does it "
+                     "give each answer? (a list of 4 numbers)",
+                     lambda: _adv([0.2, 0.2, 0.2, 0.2]),
+                     "subtracting the group mean removes whatever all answers share."),
+    "07.3": Exercise("Rewards [10, 0, 0, 0] with scale='group' (eps = 1e-4). Advantage of the first answer? "
+                     "(4 decimals)",
+                     lambda: round(_adv([10, 0, 0, 0])[0], 4),
+                     "μ and σ both grow tenfold compared with [1, 0, 0, 0]; only eps does not.", tolerance=1e-4),
+    "07.4": Exercise("Weights 0.2 correctness and 0.8 brevity_reward(4). Rewards of the empty answer '' and of the "
+                     "right answer '46'? Answer [R(''), R('46')].",
+                     lambda: [round(r, 4) for r in _composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
+                     "'' is not right but has length 0; '46' is right with length 2."),
     # lesson 02: group advantages
     "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
                      "correct answer? (4 decimals)",
@@ -451,6 +476,8 @@ PREDICTIONS: dict[str, Prediction] = {
     "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
                         "from addition's notebook, what will addition's held-out accuracy be at the end of phase B "
                         "(0–1)? It was about 0.77 before phase B.", tolerance=0.1),
+    "07.P1": Prediction("Train 100 steps with 0.2 × correctness + 0.8 × brevity. Held-out accuracy starts near 0.5. "
+                        "What will it be after the run (0–1)?", tolerance=0.1),
     "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
                         "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
                         choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),

@@ -452,18 +452,20 @@ def moving_average(values, window):
     return (sums[1:] - sums[np.arange(1, len(values) + 1) - counts]) / counts
 
 
-def _draw_metric(ax, key, history, evals, *, color, label=None, smooth=20, raw=True):
-    """One metric of one run on ``ax``: faint per-step values and their moving average."""
+def _draw_metric(ax, key, history, evals, *, color, label=None, smooth=20, raw=True, faint=False):
+    """One metric of one run on ``ax``: faint per-step values and their moving average.
+    ``faint``: draw the run thin and pale (another run is the one in focus)."""
+    lw, alpha = (0.9, 0.35) if faint else (1.8, 1.0)
     if key == "heldout_accuracy":
         if evals:
             ax.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", color=color,
-                    lw=1.6, ms=4, label=label)
+                    lw=lw - 0.2, ms=4, alpha=alpha, label=label)
         return
     steps = [m["step"] for m in history]
     values = [np.nan if m.get(key) is None else m[key] for m in history]   # a metric not measured: a gap
-    if raw and smooth > 1:
+    if raw and smooth > 1 and not faint:
         ax.plot(steps, values, color=color, lw=0.6, alpha=0.3)
-    ax.plot(steps, moving_average(values, smooth), color=color, lw=1.8, label=label)
+    ax.plot(steps, moving_average(values, smooth), color=color, lw=lw, alpha=alpha, label=label)
 
 
 def training_curves(history, evals=None, *, smooth=20, title=None):
@@ -504,12 +506,12 @@ def training_curves(history, evals=None, *, smooth=20, title=None):
     return fig
 
 
-def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, smooth=10, title=None):
+def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, smooth=10, title=None, highlight=None):
     """One panel per metric, one line per run, for comparing settings (lesson 05).
 
     ``histories``: {label: trainer.history}; ``evals``: {label: trainer.evals}, needed for
     the metric "heldout_accuracy". Lines are moving averages over ``smooth`` steps. Metric
-    names are keys of :data:`CURVES`.
+    names are keys of :data:`CURVES`. ``highlight``: one label drawn bold, the others faint.
     """
     metrics = list(metrics)
     unknown = [m for m in metrics if m not in CURVES]
@@ -525,7 +527,7 @@ def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, s
     for ax, key in zip(axes, metrics):
         for (label, history), color in zip(histories.items(), palette):
             _draw_metric(ax, key, history, (evals or {}).get(label), color=color, label=label,
-                         smooth=smooth, raw=False)
+                         smooth=smooth, raw=False, faint=highlight is not None and label != highlight)
         ax.set_xlabel("step")
         ax.set_ylabel(CURVES[key], fontsize=9)
         if key in ("reward_mean", "heldout_accuracy", "dead_group_fraction"):

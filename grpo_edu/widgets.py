@@ -235,3 +235,52 @@ def forgetting_panel(results, replay_ratio=None):
                 viz.Table(rows, title=f"replay_ratio {replay_ratio:.0%}: held-out accuracy", digits=3)]
 
     return Panel("ForgettingPanel", controls, compute)
+
+
+# --- lesson 07 ----------------------------------------------------------------------------
+
+REWARD_GROUP = ("46", "47", "146", "4", "", "x6", "46", "9")
+"""Lesson 07's fixed group: G = 8 answers to 12+34= (two right, wrong numbers, junk, an empty answer)."""
+
+
+def reward_weights_panel(completions=REWARD_GROUP, answer="46", correct=0.6, brevity=0.2, fmt=0.2):
+    """Sliders over the weights of correctness, brevity and format; shows each component, the
+    weighted reward R and the group advantages Â of one fixed group (``rewards.combine``)."""
+    from grpo_edu.rewards import brevity_reward, combine, correctness, format_reward
+
+    controls = {
+        "correct": _float("w · correctness", correct, 0.0, 1.0, 0.05),
+        "brevity": _float("w · brevity", brevity, 0.0, 1.0, 0.05),
+        "fmt": _float("w · format", fmt, 0.0, 1.0, 0.05),
+    }
+
+    def compute(correct, brevity, fmt):
+        reward = combine(correctness=(correctness, correct), brevity=(brevity_reward(4), brevity),
+                         format=(format_reward(3), fmt))
+        G = len(completions)
+        parts = reward.components(["12+34="] * G, list(completions), answer=[answer] * G)
+        total = reward(["12+34="] * G, list(completions), answer=[answer] * G)
+        adv = group_advantages([total])[0].tolist()
+        rows = [{"answer": repr(c), **{k: v[i] for k, v in parts.items()}, "R": total[i], "Â": adv[i]}
+                for i, c in enumerate(completions)]
+        best = completions[max(range(G), key=lambda i: adv[i])]
+        return [viz.advantage_bars(total), viz.Table(rows, title=f"largest Â: {best!r}", digits=3)]
+
+    return Panel("RewardWeightsPanel", controls, compute)
+
+
+def runs_panel(histories, evals, metrics=("reward_mean", "heldout_accuracy", "completion_length"), selected=None):
+    """A slider over runs the lesson executed: redraws ``viz.compare_runs`` with that run in bold
+    and tabulates its first and last held-out accuracy. Nothing is retrained."""
+    labels = list(histories)
+    controls = {"run": W.SelectionSlider(options=labels, value=selected or labels[0], description="run",
+                                        continuous_update=False, style=_STYLE, layout=_LAYOUT)}
+
+    def compute(run):
+        e = evals[run]
+        rows = {"held-out accuracy, start": e[0]["accuracy"], "held-out accuracy, end": e[-1]["accuracy"],
+                "mean reward, first 10 steps": sum(m["reward_mean"] for m in histories[run][:10]) / 10,
+                "mean reward, last 10 steps": sum(m["reward_mean"] for m in histories[run][-10:]) / 10}
+        return [viz.compare_runs(histories, metrics, evals=evals, highlight=run), viz.Table(rows, title=run, digits=3)]
+
+    return Panel("RunsPanel", controls, compute)

@@ -163,3 +163,54 @@ def test_bench_replay_prints_buffer_and_step_numbers(capsys):
         assert re.search(rf"{storage} +add +[\d.]+ ms +sample\(64\) +[\d.]+ ms +\(10000 stored\)", out), storage
     assert re.search(r"replay 0.3 / no replay +median [\d.]+×", out)
     assert re.search(r"replay 0.3 / 184-row step +median [\d.]+×", out)
+
+
+# --- diagnose --------------------------------------------------------------------------------
+def _metrics_jsonl(path, reward=lambda t: 0.45 + 0.3 * t / 40, n=40):
+    """A --metrics-out file of n steps: healthy, unless ``reward`` says otherwise."""
+    rows = [{"step": t, "epoch": 1, "loss": 0.004, "reward_mean": reward(t), "reward_std": 0.49, "accuracy": reward(t),
+             "dead_group_fraction": 0.1, "clip_fraction": 0.0, "kl": 0.05, "ratio_mean": 1.0, "entropy": 1.0 - t / 100,
+             "completion_length": 3.6, "grad_norm": 3.0, "seconds": 0.1} for t in range(1, n + 1)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_diagnose_prints_the_findings_of_a_sick_run(tmp_path, capsys):
+    sick = _metrics_jsonl(tmp_path / "sick.jsonl", reward=lambda t: 0.5 if t <= 10 else 0.01)
+    assert main(["diagnose", str(sick), "--plot", "evidence.png"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{sick}: 1 finding, most severe first")
+    assert "1. reward_collapse (severity 90) · lesson 05_toy_grpo" in out
+    assert "The reward fell from 0.50 to 0.01 and stayed there" in out and "learning_rate: divide by 10" in out
+    assert "evidence plot written to evidence.png" in out and (tmp_path / "evidence.png").stat().st_size > 0
+
+
+def test_diagnose_says_what_it_checked_on_a_healthy_run(tmp_path, capsys):
+    healthy = _metrics_jsonl(tmp_path / "ok.jsonl")
+    evals = tmp_path / "evals.json"
+    evals.write_text(json.dumps([{"step": 0, "accuracy": 0.5}, {"step": 20, "accuracy": 0.6},
+                                 {"step": 40, "accuracy": 0.7}]))
+    assert main(["diagnose", str(healthy), "--evals", str(evals)]) == 0
+    out = capsys.readouterr().out
+    assert f"{healthy}: no problems found" in out
+    assert "checked: the reward and held-out accuracy do not part ways" in out
+    evals.write_text(json.dumps([{"step": 0, "accuracy": 0.5}, {"step": 20, "accuracy": 0.8},
+                                 {"step": 40, "accuracy": 0.6}]))       # held-out accuracy falls as the reward rises
+    assert main(["diagnose", str(healthy), "--evals", str(evals)]) == 0
+    assert "1. reward_up_accuracy_down (severity 80)" in capsys.readouterr().out
+
+
+def test_diagnose_names_a_broken_file_and_exits_2(tmp_path, capsys):
+    broken = _metrics_jsonl(tmp_path / "broken.jsonl")
+    broken.write_text(broken.read_text() + '{"step": 41, "reward_me\n')         # a run killed mid-line
+    assert main(["diagnose", str(broken)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"grpo-edu diagnose: error: history: {broken} line 41 is not JSON" in captured.err and "Fix:" in captured.err
+    (tmp_path / "empty.jsonl").write_text("")
+    assert main(["diagnose", "empty.jsonl"]) == 2
+    assert "history: empty.jsonl is empty. Fix:" in capsys.readouterr().err
+    assert main(["diagnose", str(_metrics_jsonl(tmp_path / "ok.jsonl")), "--plot", "no/such/dir/p.png"]) == 2
+    assert "--plot: the folder of no/such/dir/p.png does not exist" in capsys.readouterr().err
+    assert main(["diagnose", str(tmp_path / "ok.jsonl"), "--evals", "ok.jsonl"]) == 2   # metrics, not evaluations
+    assert "evals: ok.jsonl is not a list of {'step', 'accuracy'} records" in capsys.readouterr().err

@@ -253,7 +253,7 @@ def test_histories_without_what_the_rules_need_are_refused():
         diagnose(history(4) + history(4))
     with pytest.raises(ValueError, match=r"^history: step 3: kl is 'high', not a number"):
         diagnose(history(kl=lambda t, n: "high" if t == 3 else 0.1))
-    with pytest.raises(ValueError, match=r"^evals: is not a list of \{'step', 'accuracy'\}"):
+    with pytest.raises(ValueError, match=r"^evals: is not a list of \{'step', 'accuracy'\} records of held-out"):
         diagnose(history(), evals=[{"step": 0, "accuracy": 50}])
     with pytest.raises(ValueError, match=r"^config: is a str"):
         diagnose(history(), config="lr=3e-4")

@@ -340,3 +340,31 @@ def test_show_source_prints_the_library_code_numbered(capsys):
     assert out[0] == "# grpo_edu/losses.py · grpo_loss"
     assert "r_{i,t} = π_θ / π_θold" in out[1] and "kl = None" not in "\n".join(out)
     assert all(line[:3].strip().isdigit() and line[3:6] == " | " for line in out[1:])
+
+
+def test_reward_weights_panel_is_combine_then_group_advantages():
+    from grpo_edu.advantages import group_advantages
+    from grpo_edu.rewards import brevity_reward, combine, correctness, format_reward
+
+    p = widgets.reward_weights_panel()
+    group = list(widgets.REWARD_GROUP)
+    for weights in ((0.6, 0.2, 0.2), (0.2, 0.8, 0.0)):
+        p.controls["correct"].value, p.controls["brevity"].value, p.controls["fmt"].value = weights
+        reward = combine(c=(correctness, weights[0]), b=(brevity_reward(4), weights[1]), f=(format_reward(3), weights[2]))
+        R = reward(["12+34="] * 8, group, answer=["46"] * 8)
+        assert [row["R"] for row in p.outputs[1].rows] == pytest.approx(R)
+        assert [row["Â"] for row in p.outputs[1].rows] == pytest.approx(group_advantages([R])[0].tolist(), abs=1e-6)
+    assert p.outputs[1].title == "largest Â: ''"          # brevity 0.8: the empty answer wins
+
+
+def test_runs_panel_highlights_the_chosen_run():
+    history = [{"step": s, "reward_mean": 0.1 * s, "completion_length": 3.0} for s in range(1, 11)]
+    evals = {"a": [{"step": 0, "accuracy": 0.5}, {"step": 10, "accuracy": 0.7}],
+             "b": [{"step": 0, "accuracy": 0.5}, {"step": 10, "accuracy": 0.1}]}
+    p = widgets.runs_panel({"a": history, "b": history}, evals, selected="b")
+    assert p.outputs[1].rows[1] == {"quantity": "held-out accuracy, end", "value": 0.1}
+    widths = [line.get_linewidth() for line in p.outputs[0].axes[0].get_lines()]
+    assert widths == [0.9, 1.8]                           # a faint, b bold
+    p.controls["run"].value = "a"
+    assert p.outputs[1].rows[1]["value"] == 0.7
+    assert [line.get_linewidth() for line in p.outputs[0].axes[0].get_lines()] == [1.8, 0.9]
