@@ -52,10 +52,12 @@ SICK = {
     "reward_always_zero": dict(reward_mean=lambda t, n: 0.0, reward_std=lambda t, n: 0.0, accuracy=lambda t, n: 0.0,
                                dead_group_fraction=lambda t, n: 1.0),
     "no_reward_signal": dict(reward_mean=lambda t, n: 1.0, reward_std=lambda t, n: 0.0,
-                             dead_group_fraction=lambda t, n: 1.0, **{"reward/ArithmeticTask.reward": lambda t, n: 1.0}),
-    "dead_groups_late": dict(dead_group_fraction=lambda t, n: 0.05 + 0.85 * t / n,
+                             dead_group_fraction=lambda t, n: 1.0,
+                             **{"reward/ArithmeticTask.reward": lambda t, n: 1.0}),
+    "dead_groups_late": dict(dead_group_fraction=lambda t, n: 0.05 + 0.95 * t / n,
                              reward_mean=lambda t, n: 0.5 + 0.45 * t / n, accuracy=lambda t, n: 0.5 + 0.45 * t / n),
-    "reward_collapse": dict(reward_mean=lambda t, n: late(t, n, 0.5, 0.02), accuracy=lambda t, n: late(t, n, 0.5, 0.02)),
+    "reward_collapse": dict(reward_mean=lambda t, n: late(t, n, 0.5, 0.02),
+                            accuracy=lambda t, n: late(t, n, 0.5, 0.02)),
     "reward_oscillation": dict(reward_mean=lambda t, n: 0.2 if (t - 1) // 3 % 2 else 0.7,
                                accuracy=lambda t, n: 0.2 if (t - 1) // 3 % 2 else 0.7),
     "grad_norm_spikes": dict(grad_norm=lambda t, n: 80.0 if t in (30, 45) else 3.0),
@@ -80,8 +82,8 @@ def test_each_rule_finds_its_symptom_first(name):
 
 
 def test_findings_are_sorted_most_severe_first():
-    findings = diagnose(history(**SICK["reward_collapse"], **SICK["kl_runaway"], **SICK["clip_fraction_high"]))
-    assert [f.name for f in findings] == ["reward_collapse", "kl_runaway", "clip_fraction_high"]
+    findings = diagnose(history(**SICK["dead_groups_late"], **SICK["kl_runaway"], **SICK["clip_fraction_high"]))
+    assert [f.name for f in findings] == ["kl_runaway", "clip_fraction_high", "dead_groups_late"]
     assert [f.severity for f in findings] == sorted((f.severity for f in findings), reverse=True)
 
 
@@ -96,7 +98,8 @@ def test_zero_reward_and_constant_reward_are_told_apart():
     assert "reward/ArithmeticTask.reward returned the same mean reward on every step" in const.causes[0]
     assert "the reward ignores whether the answer is right" in const.causes[1]     # accuracy moved, the reward did not
     # a run that gets out of it later is a smaller problem
-    escaped = diagnose(history(**{**SICK["reward_always_zero"], "dead_group_fraction": lambda t, n: late(t, n, 1.0, 0.2)}))
+    escaped = diagnose(history(**{**SICK["reward_always_zero"],
+                                  "dead_group_fraction": lambda t, n: late(t, n, 1.0, 0.2)}))
     assert escaped[0].name == "reward_always_zero" and escaped[0].severity == 50
 
 
@@ -104,6 +107,10 @@ def test_dead_groups_late_tells_mastered_from_broken():
     mastered = diagnose(history(**SICK["dead_groups_late"]))[0]
     assert mastered.severity == 20 and "mastered" in mastered.causes[0]
     assert mastered.fixes[0][0] == "total_training_steps"
+    like_the_default_run = diagnose(history(dead_group_fraction=lambda t, n: 0.15 + 0.65 * t / n,   # ends near 0.75
+                                            reward_mean=lambda t, n: 0.5 + 0.45 * t / n,
+                                            accuracy=lambda t, n: 0.5 + 0.45 * t / n))
+    assert like_the_default_run == []                       # success, not a problem (lesson 08's run ends so)
     broken = diagnose(history(dead_group_fraction=lambda t, n: 0.05 + 0.8 * t / n,
                               reward_mean=lambda t, n: 0.5 - 0.2 * t / n, accuracy=lambda t, n: 0.5 - 0.2 * t / n))
     assert first(broken) == "dead_groups_late" and broken[0].severity == 40 and "all wrong" in broken[0].symptom
@@ -203,9 +210,13 @@ def test_trl_names_map_to_ours(tmp_path):
     assert len(rows) == 12 and evals is None and config is None           # the eval and summary rows are dropped
     trl = state["log_history"][0]
     assert rows[0]["step"] == 10 and rows[0]["epoch"] == pytest.approx(1 / 12)
-    for trl_name, ours in TRL_NAMES.items():
-        assert rows[0][ours] == trl[trl_name]
-    assert rows[0]["reward/accuracy_reward"] == trl["rewards/accuracy_reward/mean"]
+    expected = {"reward_mean": "reward", "reward_std": "reward_std", "dead_group_fraction": "frac_reward_zero_std",
+                "kl": "kl", "entropy": "entropy", "clip_fraction": "clip_ratio/region_mean",
+                "completion_length": "completions/mean_length", "truncated_fraction": "completions/clipped_ratio",
+                "grad_norm": "grad_norm", "loss": "loss", "learning_rate": "learning_rate",
+                "reward/accuracy_reward": "rewards/accuracy_reward/mean"}
+    assert {ours: rows[0][ours] for ours in expected} == {ours: trl[name] for ours, name in expected.items()}
+    assert set(TRL_NAMES.values()) <= set(rows[0])
     assert "accuracy" not in rows[0] and "rewards/accuracy_reward/std" not in rows[0]
     assert load_run(state["log_history"])[0] == rows                       # the log_history list alone
     assert diagnose(path) == []
@@ -232,9 +243,11 @@ def test_bad_files_are_named_with_the_fix(tmp_path):
         diagnose(write(tmp_path, "empty.jsonl", "\n"))
     good = "".join(json.dumps(r) + "\n" for r in history(8))
     broken = good.replace("\n", "\n{\"step\": 9, \"reward_mean\n", 1)
-    with pytest.raises(ValueError, match=r"^history: \S*broken\.jsonl line 2 is not JSON \(.*\)\. Fix: repair or delete"):
+    with pytest.raises(ValueError,
+                       match=r"^history: \S*broken\.jsonl line 2 is not JSON \(.*\)\. Fix: repair or delete"):
         diagnose(write(tmp_path, "broken.jsonl", broken))
-    with pytest.raises(ValueError, match=r"^history: \S*other\.json is neither grpo_edu metrics nor TRL's trainer_state"):
+    with pytest.raises(ValueError,
+                       match=r"^history: \S*other\.json is neither grpo_edu metrics nor TRL's trainer_state"):
         diagnose(write(tmp_path, "other.json", json.dumps({"model": "gpt2", "lr": 3e-4})))
     with pytest.raises(ValueError, match=r"^history: \S*nowhere\.jsonl does not exist"):
         diagnose(tmp_path / "nowhere.jsonl")
@@ -286,7 +299,8 @@ def test_a_learning_rate_of_2e_3_collapses():
 
 
 def test_a_constant_reward_gives_no_signal():
-    trainer = real_run(total_training_steps=20, reward_funcs=[lambda prompts, completions, **kw: [1.0] * len(completions)])
+    constant = [lambda prompts, completions, **kw: [1.0] * len(completions)]
+    trainer = real_run(total_training_steps=20, reward_funcs=constant)
     findings = diagnose(trainer.history)
     assert first(findings) == "no_reward_signal", format_findings(findings)
     assert "<lambda> returned the same mean reward on every step" in findings[0].causes[0]
