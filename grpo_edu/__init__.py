@@ -15,8 +15,10 @@ Where each concept lives (one module per concept, named after it):
 ``notation``        the symbol → code-name table used everywhere
 ``tasks``           verifiable tasks (addition, …) and prompt-file loading
 ``rollout``         sampling G completions per prompt, with per-token log-probs
-``rewards``         reward functions → a checked (B, G) table
+``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
 ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
+``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
+``diagnose``        findings from a run's metrics (ours or TRL's): symptom, evidence, fixes
 ``config``          GRPOConfig: every knob of a run, checked up front
 ``trainer``         GRPOTrainer: the loop of the algorithm box
 ``evaluation``      held-out accuracy of a model

@@ -431,7 +431,7 @@ def group_table(prompts, answers, completions, rewards, advantages):
 
 
 CURVES = {
-    "reward_mean": "mean reward (= training accuracy)",
+    "reward_mean": "mean reward",
     "heldout_accuracy": "held-out accuracy (τ = 1)",
     "kl": "KL(π_θ ‖ π_ref), k3",
     "entropy": "entropy per token (nats)",
