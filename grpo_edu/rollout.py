@@ -199,10 +199,12 @@ def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens,
     return logprobs, entropy
 
 
-def answer_token_ids(tokenizer, text):
-    """The tokens of a completion's text, ``<eos>`` excluded: how a stored answer is turned back
-    into the tokens the model is scored on."""
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+def answer_token_ids(tokenizer, texts):
+    """The tokens of each completion text, ``<eos>`` excluded (one tokenizer call for all): how a
+    stored answer is turned back into the tokens the model is scored on."""
+    if not texts:
+        return []
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
 
 def rollout_from_text(tokenizer, prompts, completions, *, device=None):
@@ -219,7 +221,7 @@ def rollout_from_text(tokenizer, prompts, completions, *, device=None):
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
-    answers = [answer_token_ids(tokenizer, text) + [eos] for text in completions]
+    answers = [ids + [eos] for ids in answer_token_ids(tokenizer, completions)]
     T = max(len(a) for a in answers)
     completion_ids = torch.full((len(answers), T), pad, dtype=torch.long)                # (N, T)
     completion_mask = torch.zeros((len(answers), T), dtype=torch.long)                   # (N, T)

@@ -257,15 +257,12 @@ class GRPOTrainer:
         if buffer is None:
             return None
         eos, G = self.tokenizer.eos_token_id, rollout.num_generations
-        rewards = rewards.reshape(-1)
-        offered = []
-        for i, text in enumerate(rollout.completions):
-            ids = rollout.completion_ids[i, :int(rollout.lengths[i])].tolist()
-            if not ids or ids[-1] != eos:
-                continue                                   # cut at max_completion_length: not a finished answer
-            if answer_token_ids(self.tokenizer, text) != ids[:-1]:
-                continue                                   # would not replay as the same tokens
-            offered.append(ReplaySample(rollout.prompts[i // G], text, float(advantages[i]), float(rewards[i])))
+        rewards, advantages = rewards.reshape(-1).tolist(), advantages.tolist()
+        sampled = [ids[:n] for ids, n in zip(rollout.completion_ids.tolist(), rollout.lengths.tolist())]
+        finished = [i for i, ids in enumerate(sampled) if ids and ids[-1] == eos]   # not cut at the length limit
+        again = answer_token_ids(self.tokenizer, [rollout.completions[i] for i in finished])
+        offered = [ReplaySample(rollout.prompts[i // G], rollout.completions[i], advantages[i], rewards[i])
+                   for i, ids in zip(finished, again) if ids == sampled[i][:-1]]   # replays as the same tokens
         round_ = self._round_offset + step
         admitted = buffer.add(offered, round=round_)
         dropped = 0
