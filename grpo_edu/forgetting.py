@@ -91,7 +91,9 @@ def run_phase(trainer, probes, *, probe_every, probe_samples=2, progress=True, d
 
     measure()
     total = trainer.schedule.total_steps
-    with tqdm(total=total, desc=desc, unit="step", disable=not progress, dynamic_ncols=True) as bar:
+    # mininterval: a notebook bar is a widget, and each redraw is a message to the front end; a
+    # cell that runs several phases must not send more than ZMQ's default queue of 1000 (nbval loses the rest)
+    with tqdm(total=total, desc=desc, unit="step", disable=not progress, dynamic_ncols=True, mininterval=1.0) as bar:
         while trainer.step_count < total:
             record.history.append(trainer.step())
             bar.update(1)

@@ -387,7 +387,7 @@ class GRPOTrainer:
             if resume_from is None and not self.evals:
                 self._record_eval()
             bar = tqdm(total=self.schedule.total_steps, initial=self.step_count, disable=not progress,
-                       desc="GRPO", unit="step", dynamic_ncols=True)
+                       desc="GRPO", unit="step", dynamic_ncols=True, mininterval=0.5)
             try:
                 while self.step_count < self.schedule.total_steps:
                     m = self.step()
