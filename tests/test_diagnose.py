@@ -310,3 +310,23 @@ def test_subtraction_on_the_addition_model_is_never_paid():
     trainer = real_run(total_training_steps=20, task="subtraction")
     findings = diagnose(trainer.history)
     assert first(findings) == "reward_always_zero", format_findings(findings)
+
+
+# --- the bundled TRL runs (assets/trl-runs, made by python -m grpo_edu.trl_example) ---------------
+def test_the_bundled_trl_runs_read_as_trl_logs_and_get_the_right_diagnosis():
+    from grpo_edu.models import ASSETS
+
+    runs = ASSETS / "trl-runs"
+    for name in ("healthy", "lr-too-high"):
+        record = json.loads((runs / name / "trainer_state.json").read_text())
+        assert record["made_by"].startswith("python -m grpo_edu.trl_example (trl ")
+        assert {"reward", "frac_reward_zero_std", "kl", "completions/mean_length"} <= set(record["log_history"][0])
+    assert diagnose(runs / "healthy" / "trainer_state.json") == []
+    assert first(diagnose(runs / "lr-too-high" / "trainer_state.json")) == "reward_collapse"
+
+
+def test_the_trl_example_script_refuses_an_unknown_run_before_importing_trl(capsys):
+    from grpo_edu.trl_example import main
+
+    assert main(["nonsense"]) == 2
+    assert "unknown run 'nonsense'; choose from healthy, lr-too-high" in capsys.readouterr().err
