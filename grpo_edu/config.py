@@ -147,13 +147,10 @@ class GRPOConfig:
         return self.replay_ratio > 0 or self.replay_path is not None
 
     def _check_replay(self):
-        if isinstance(self.replay_ratio, bool) or not _checks.is_finite_number(self.replay_ratio) \
-                or not 0 <= self.replay_ratio < 1:
-            _checks.fail("replay_ratio", f"must be in [0, 1), got {self.replay_ratio!r}",
-                         "pass the share of replayed samples in a step, e.g. 0.3 (7 new : 3 replayed), or 0 for none")
-        if 0 < self.replay_ratio and not 0.1 <= self.replay_ratio <= 0.5:
-            warnings.warn(f"replay_ratio={self.replay_ratio}: outside 10–50 % replay either does little (below) or "
-                          "slows learning the new data (above); the source's default is 0.3", stacklevel=4)
+        from grpo_edu.replay import check_path, check_replay_ratio, warn_unadvised_ratio
+
+        check_replay_ratio(self.replay_ratio)
+        warn_unadvised_ratio(self.replay_ratio, stacklevel=4)
         _checks.positive_int("replay_capacity", self.replay_capacity)
         if not (_checks.is_finite_number(self.replay_top_fraction) and 0 < self.replay_top_fraction <= 1):
             _checks.fail("replay_top_fraction", f"must be in (0, 1], got {self.replay_top_fraction!r}",
@@ -166,8 +163,6 @@ class GRPOConfig:
             _checks.fail("replay_max_age", "is not set but replay_refresh_every asks for refreshes",
                          "pass replay_max_age=… (in steps, e.g. 100), or replay_refresh_every=0")
         if self.replay_path is not None:
-            from grpo_edu.replay import check_path
-
             check_path(self.replay_path, arg="replay_path")
 
     def schedule(self, dataset_size):

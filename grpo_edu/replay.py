@@ -83,15 +83,34 @@ class ReplaySample:
         return cls(**data)
 
 
+ADVISED_RATIO = (0.1, 0.5)
+"""The source's advice for replay_ratio: below, replay does little; above, learning the new data stalls."""
+
+
+def check_replay_ratio(replay_ratio):
+    """Refuse a replay_ratio outside [0, 1) (the replayed share of a step's samples); return it."""
+    if isinstance(replay_ratio, bool) or not _checks.is_finite_number(replay_ratio) or not 0 <= replay_ratio < 1:
+        _checks.fail("replay_ratio", f"must be in [0, 1), got {replay_ratio!r}",
+                     "pass the share of replayed samples in a step, e.g. 0.3 (7 new : 3 replayed), or 0 for none")
+    return replay_ratio
+
+
+def warn_unadvised_ratio(replay_ratio, *, stacklevel=2):
+    """Warn when a replay_ratio > 0 lies outside :data:`ADVISED_RATIO`."""
+    low, high = ADVISED_RATIO
+    if replay_ratio > 0 and not low <= replay_ratio <= high:
+        warnings.warn(f"replay_ratio={replay_ratio}: outside {low * 100:g}–{high * 100:g} % replay either does little "
+                      "(below) or slows learning the new data (above); the source's default is 0.3",
+                      stacklevel=stacklevel + 1)
+
+
 def replay_count(num_new, replay_ratio):
     """k replayed samples for ``num_new`` new ones, so that k / (num_new + k) = replay_ratio (rounded).
 
     k = ratio · n / (1 − ratio): 30 replayed for 70 new at 0.3.
     """
     _checks.positive_int("num_new", num_new, minimum=0)
-    if isinstance(replay_ratio, bool) or not isinstance(replay_ratio, (int, float)) or not 0 <= replay_ratio < 1:
-        _checks.fail("replay_ratio", f"must be in [0, 1), got {replay_ratio!r}",
-                     "pass the share of replayed samples, e.g. 0.3 for 7 new : 3 replayed")
+    check_replay_ratio(replay_ratio)
     return round(replay_ratio * num_new / (1 - replay_ratio))
 
 
@@ -197,9 +216,7 @@ class ReplayBuffer:
         """``new_samples`` plus replayed ones at ``replay_ratio`` of the total, shuffled (new ones kept as given)."""
         new_samples = list(new_samples)
         k = self.replay_count(len(new_samples), replay_ratio)
-        if replay_ratio > 0 and not 0.1 <= replay_ratio <= 0.5:
-            warnings.warn(f"replay_ratio={replay_ratio}: outside 10–50 % replay either does little (below) "
-                          "or slows learning the new data (above); the source's default is 0.3", stacklevel=2)
+        warn_unadvised_ratio(replay_ratio)
         replayed = self.sample(k)
         if len(replayed) < k:
             warnings.warn(f"the buffer holds {len(self)} samples, fewer than the {k} this mix asks for; "
