@@ -337,6 +337,84 @@ def _constant_reward(log, reward, evidence, accuracy, fixes, severity):
                    evidence, causes, fixes, "03_zero_sigma", severity)
 
 
+def _few_live_groups(log):
+    """Many dead groups from the start: mean dead_group_fraction over the start in [0.5, 0.9).
+
+    Not an error (the run may still learn), but half the batch or more gives no signal. With
+    success rate p, a group of G is dead with probability p^G + (1 − p)^G, at least 2·0.5^G;
+    for G = 2 that is at least 50 %. Severity 15 (below every other finding).
+    """
+    dead = log.mean(log.head, "dead_group_fraction")
+    if dead is None or not 0.5 <= dead < 0.9:
+        return None
+    reward = log.mean(log.head, "reward_mean")
+    G = log.config.get("num_generations")
+    summary = f"dead-group fraction {dead:.2f} over {log.span(log.head)} (rule: 0.5 to 0.9)"
+    causes = ["G (num_generations) too small: a group of G answers is all right or all wrong with probability "
+              "p^G + (1 − p)^G, at least 2 × 0.5^G", "a low temperature: the G answers are often the same",
+              "prompts far too easy or far too hard for the model (p near 1 or 0)"]
+    if isinstance(G, int) and reward is not None and 0 <= reward <= 1:
+        expected = reward ** G + (1 - reward) ** G
+        summary += f"; with G = {G} and a mean reward of {reward:.2f}, p^G + (1 − p)^G = {expected:.2f}"
+        if G <= 4:
+            causes.insert(0, causes.pop(0).replace("G (num_generations) too small",
+                                                   f"G = {G} is small: even at p = 0.5 a group is dead with "
+                                                   f"probability {2 * 0.5 ** G:.2f}"))
+    return Finding(
+        "few_live_groups", f"From the start {dead:.0%} of the groups were dead (all answers scored the same): that "
+        "share of every batch was sampled and scored but taught nothing.",
+        _evidence("dead_group_fraction", log.points(log.head, "dead_group_fraction"), summary, 0.5), causes,
+        [("num_generations", f"{G} → 8" if isinstance(G, int) and G < 8 else log.change("num_generations", 2, "raise it"),
+          "fewer all-same groups; the guide's advice is 4–8"),
+         ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"),
+          "more varied answers within a group"),
+         ("task / dataset", "drop prompts the model always or never solves", "lesson 03 §8")],
+        "03_zero_sigma", 15)
+
+
+def _no_progress(log):
+    """No progress: at least 30 logged steps, live groups (mean dead_group_fraction over the
+    start < 0.5, or not logged), and the mean reward of the last quarter of the steps within
+    0.05 of the first quarter's, which is below 0.9. Severity 45: a run that learns nothing
+    outranks a single gradient spike (40).
+
+    A reward that moves neither up nor down while groups give signal means the updates are
+    too small to matter: a KL penalty (β) that outweighs the advantages, or a tiny learning rate.
+    Quarters, not the usual start window: the rule compares two means, and 128 answers a step
+    make each step's mean reward noisy (±0.04), so longer windows are needed to call it flat.
+    """
+    if log.n < 30:
+        return None
+    quarter = log.n // 4
+    first, last = log.rows[:quarter], log.rows[-quarter:]
+    start, end = log.mean(first, "reward_mean"), log.mean(last, "reward_mean")
+    dead = log.mean(log.head, "dead_group_fraction")
+    if (dead is not None and dead >= 0.5) or start >= 0.9 or abs(end - start) >= 0.05:
+        return None
+    kl = log.mean(log.tail, "kl")
+    summary = (f"mean reward {start:.3g} over {log.span(first)}, {end:.3g} over {log.span(last)} (rule: "
+               f"within 0.05)" + ("" if dead is None else f"; dead-group fraction at the start {dead:.2f}")
+               + ("" if kl is None else f"; mean KL at the end {kl:.3g}"))
+    beta, lr = log.config.get("beta"), log.config.get("learning_rate")
+    causes = ["beta too large: the KL penalty pulls the policy back to π_ref as hard as the advantages push",
+              "learning_rate too small: each update moves the policy too little",
+              "max_grad_norm too small: every update is clipped to a tiny step",
+              "too few steps for the model to move"]
+    if _checks.is_finite_number(beta) and beta >= 0.5:
+        causes[0] = (f"beta = {_number(beta)} is large: with rewards on a 0–1 scale the KL penalty outweighs the "
+                     "advantages, so the policy stays at π_ref" + ("" if kl is None else f" (its KL is {kl:.3g})"))
+    elif _checks.is_finite_number(lr) and lr < 1e-4:
+        causes.insert(0, causes.pop(1).replace("learning_rate too small", f"learning_rate = {_number(lr)} is small"))
+    fixes = [("beta", f"{_number(beta)} → 0.04 (DeepSeekMath's value)" if _checks.is_finite_number(beta) and beta > 0.04
+              else "lower it, e.g. 0.04 (or 0)", "a looser leash: the advantages can move the policy"),
+             ("learning_rate", log.change("learning_rate", 3, "raise it, e.g. × 3"), "larger updates"),
+             ("total_training_steps", "more, once the reward has started to rise", "some tasks start slowly")]
+    return Finding(
+        "no_progress", f"The reward stayed flat ({start:.2f} → {end:.2f}) although the groups gave a learning "
+        "signal: the updates are too small or pulled back.",
+        _evidence("reward_mean", log.points(log.rows, "reward_mean"), summary), causes, fixes, "05_toy_grpo", 45)
+
+
 def _dead_groups_late(log):
     """Dead groups take over late: mean dead_group_fraction over the end ≥ 0.5, and ≥ 0.3 above the start's.
 
@@ -459,6 +537,10 @@ def _grad_norm_spikes(log):
                + ", ".join(f"step {s}: {v:.3g}" for s, v in spikes[:5]))
     causes = ["learning_rate too high", "a rare answer with a very low probability and a large advantage "
               "(one right answer in a group of wrong ones gets Â = (G − 1)/√G)"]
+    beta = log.config.get("beta")
+    if _checks.is_finite_number(beta) and beta >= 0.5:
+        causes.insert(0, f"beta = {_number(beta)} is large: the KL term's gradient, β × ∇KL, jumps when one sampled "
+                         "answer is far from π_ref (lower beta, not the learning rate)")
     if log.config.get("max_grad_norm") == 0:
         causes.insert(0, "max_grad_norm = 0: gradient clipping is off, so a spike becomes a huge update")
     return Finding(
@@ -649,9 +731,11 @@ def _reward_up_accuracy_down(log):
 
 RULES = (
     (_no_reward_signal, "rewards vary within groups from the start", ("dead_group_fraction",)),
+    (_few_live_groups, "most groups are live from the start", ("dead_group_fraction",)),
     (_dead_groups_late, "dead groups do not take over late", ("dead_group_fraction",)),
     (_reward_collapse, "the reward does not collapse", ("reward_mean",)),
     (_reward_oscillation, "the reward does not swing up and down", ("reward_mean",)),
+    (_no_progress, "the reward moves when groups give signal", ("reward_mean",)),
     (_grad_norm_spikes, "the gradient norm does not spike", ("grad_norm",)),
     (_kl_runaway, "the KL to π_ref stays moderate", ("kl",)),
     (_entropy_collapse, "the entropy does not collapse", ("entropy",)),

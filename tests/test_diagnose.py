@@ -66,6 +66,9 @@ SICK = {
     "length_collapse": dict(completion_length=lambda t, n: late(t, n, 3.6, 1.2, at=0.5)),
     "clip_fraction_high": dict(clip_fraction=lambda t, n: 0.3),
     "reward_up_accuracy_down": dict(accuracy=lambda t, n: 0.6 - 0.3 * t / n),
+    "few_live_groups": dict(dead_group_fraction=lambda t, n: 0.6),
+    "no_progress": dict(reward_mean=lambda t, n: 0.45 + 0.03 * math.sin(1.7 * t),
+                        accuracy=lambda t, n: 0.45 + 0.03 * math.sin(1.7 * t)),
 }
 
 
@@ -114,6 +117,33 @@ def test_dead_groups_late_tells_mastered_from_broken():
     broken = diagnose(history(dead_group_fraction=lambda t, n: 0.05 + 0.8 * t / n,
                               reward_mean=lambda t, n: 0.5 - 0.2 * t / n, accuracy=lambda t, n: 0.5 - 0.2 * t / n))
     assert first(broken) == "dead_groups_late" and broken[0].severity == 40 and "all wrong" in broken[0].symptom
+
+
+def test_few_live_groups_names_a_small_G():
+    rows = history(dead_group_fraction=lambda t, n: 0.55, reward_mean=lambda t, n: 0.45 + 0.3 * t / n)
+    top = diagnose(rows, config=GRPOConfig(num_generations=2))[0]
+    assert top.name == "few_live_groups" and top.severity == 15
+    assert top.causes[0].startswith("G = 2 is small: even at p = 0.5 a group is dead with probability 0.50")
+    assert top.fixes[0][:2] == ("num_generations", "2 → 8")
+    assert "p^G + (1 − p)^G = 0.5" in top.evidence["summary"]
+    assert diagnose(history(dead_group_fraction=lambda t, n: 0.45)) == []       # under half dead: fine
+    assert first(diagnose(history(dead_group_fraction=lambda t, n: 0.95))) == "no_reward_signal"
+
+
+def test_no_progress_needs_live_groups_and_a_long_enough_run():
+    flat = SICK["no_progress"]
+    top = diagnose(history(**flat), config=GRPOConfig(beta=5.0))[0]
+    assert top.name == "no_progress" and top.causes[0].startswith("beta = 5 is large")
+    assert top.fixes[0][:2] == ("beta", "5 → 0.04 (DeepSeekMath's value)")
+    low_lr = diagnose(history(**flat), config=GRPOConfig(learning_rate=1e-5))[0]
+    assert low_lr.causes[0].startswith("learning_rate = 1e-5 is small")
+    spikes = diagnose(history(**SICK["grad_norm_spikes"]), config=GRPOConfig(beta=10.0))[0]
+    assert spikes.name == "grad_norm_spikes" and spikes.causes[0].startswith("beta = 10 is large")
+    assert diagnose(history(n=29, **flat)) == []                                # too short to judge
+    assert diagnose(history(**flat, dead_group_fraction=lambda t, n: 0.7))[0].name == "few_live_groups"
+    assert diagnose(history(reward_mean=lambda t, n: 0.95, accuracy=lambda t, n: 0.95)) == []  # nothing left to gain
+    # a reward that rises 0.06 over the run is progress; one within 0.05 is not
+    assert diagnose(history(reward_mean=lambda t, n: 0.45 + 0.08 * t / n, accuracy=lambda t, n: 0.5)) == []
 
 
 def test_kl_still_climbing_is_a_milder_finding():
@@ -304,6 +334,15 @@ def test_a_constant_reward_gives_no_signal():
     findings = diagnose(trainer.history)
     assert first(findings) == "no_reward_signal", format_findings(findings)
     assert "<lambda> returned the same mean reward on every step" in findings[0].causes[0]
+
+
+def test_a_beta_of_10_makes_no_progress_and_G_2_leaves_half_the_groups_dead():
+    stuck = real_run(total_training_steps=60, beta=10.0)
+    findings = diagnose(stuck.history, config=stuck.config)
+    assert first(findings) == "no_progress", format_findings(findings)
+    small_G = real_run(total_training_steps=60, num_generations=2)
+    findings = diagnose(small_G.history, config=small_G.config)
+    assert first(findings) == "few_live_groups", format_findings(findings)
 
 
 def test_subtraction_on_the_addition_model_is_never_paid():
