@@ -19,6 +19,7 @@ Where each concept lives (one module per concept, named after it):
 ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
 ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
 ``diagnose``        findings from a run's metrics (ours or TRL's): symptom, evidence, fixes
+``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
 ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
 ``config``          GRPOConfig: every knob of a run, checked up front
 ``trainer``         GRPOTrainer: the loop of the algorithm box

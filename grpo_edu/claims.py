@@ -37,6 +37,8 @@ class ClaimFailed(AssertionError):
 def check_claim(statement, value, *, at_least=None, at_most=None):
     """Check that ``value`` (a number, or a bool) supports ``statement``; print ✓ or raise.
 
+    Returns None, so a claim on a notebook cell's last line echoes nothing below its ✓ line.
+
     ``at_least`` / ``at_most``: the bound(s) the number must respect. A bool value needs no
     bound: True holds. The printed line names the claim and its bound, never the measured
     value, so it reads the same on every machine; the measured value is in the table or
@@ -64,13 +66,13 @@ def check_claim(statement, value, *, at_least=None, at_most=None):
         # measuring margins (python -m grpo_edu.claims): record and go on, so that one failed
         # claim does not hide the values of the claims after it
         print(f"{'✓' if holds else '✗'} claim {'holds' if holds else 'FAILS'}: {statement}{bound}")
-        return holds
+        return None
     if not holds:
         shown = value if isinstance(value, bool) else f"{value:.6g}"
         raise ClaimFailed(f"claim does not hold for this run: {statement}{bound}; measured {shown}. "
                           "The lesson's text is then wrong for your machine: please report it, with this line.")
     print(f"✓ claim holds: {statement}{bound}")
-    return True
+    return None
 
 
 def _log(statement, value, at_least, at_most, holds):

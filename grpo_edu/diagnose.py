@@ -67,6 +67,10 @@ METRICS = ("loss", "reward_mean", "reward_std", "accuracy", "dead_group_fraction
 """The metrics the rules read; each value must be a number or None (not measured)."""
 
 
+COLLAPSE_FRACTION = 0.25
+"""reward_collapse: the end's mean reward is at most this fraction of the way from the floor to the peak."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """One problem in a run. ``fixes`` are (config field, change, why); ``severity`` ranks findings."""
@@ -257,6 +261,18 @@ def _moving_average(values, window):
             for i in range(len(values))]
 
 
+def _low_temperature(log):
+    tau = log.config.get("temperature")
+    return _checks.is_finite_number(tau) and tau < 0.7
+
+
+def _raise_temperature(log, why):
+    """Back to 1 from a low τ (lesson 09: τ 0.3 → 0.7 learns, G 8 → 16 does not); else a little higher."""
+    if _low_temperature(log):
+        return ("temperature", f"{_number(log.config['temperature'])} → 1.0", why)
+    return ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"), why)
+
+
 def _lower_lr(log, factor, why):
     return ("learning_rate", log.change("learning_rate", 1 / factor, f"divide by {factor}"), why)
 
@@ -289,8 +305,9 @@ def _no_reward_signal(log):
     accuracy = [v for _, v in log.points(dead_rows, "accuracy")]      # what the task's checker saw meanwhile
     fixes = [("num_generations", log.change("num_generations", 2, "raise it, e.g. 8 → 16"),
               "more tries per prompt: a group is all wrong with probability (1 − p)^G, all right with p^G"),
-             ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"),
-              "more varied answers, so a group's answers (and rewards) differ more often")]
+             _raise_temperature(log, "more varied answers, so a group's answers (and rewards) differ more often")]
+    if _low_temperature(log):
+        fixes.reverse()                                 # the sampler is the cause: warm it first
     severity = 100 if tail_dead >= 0.9 else 50
     if abs(reward) <= 0.05:
         return _never_paid(log, evidence, accuracy, fixes, severity)
@@ -319,19 +336,34 @@ def _never_paid(log, evidence, accuracy, fixes, severity):
 
 
 def _constant_reward(log, reward, evidence, accuracy, fixes, severity):
-    """The ``no_reward_signal`` finding: equal rewards within groups, at a value other than 0."""
+    """The ``no_reward_signal`` finding: equal rewards within groups, at a value other than 0.
+
+    Causes are ordered by the evidence: a reward component constant on every step; a config τ
+    below 0.7; a reward that *is* the checker's accuracy (then the answers, not the reward, are
+    alike); a checker accuracy that moved while the reward did not (the reward ignores it).
+    """
     constant = [k for k in log.head[0] if k.startswith("reward/")
                 and len({round(v, 9) for _, v in log.points(log.rows, k)}) == 1]
     causes = [f"{', '.join(constant)} returned the same mean reward on every step"] if constant else []
-    if accuracy and max(accuracy) - min(accuracy) >= 0.05:
+    pairs = [(r["reward_mean"], r["accuracy"]) for r in log.rows if r.get("accuracy") is not None]
+    reward_is_accuracy = bool(pairs) and all(abs(a - b) < 1e-9 for a, b in pairs)
+    if _low_temperature(log):
+        causes.append(f"temperature = {_number(log.config['temperature'])} is low: the model nearly always samples "
+                      "its most likely answer, so the G answers of a group are identical")
+    if reward >= 0.95 and (reward_is_accuracy or not accuracy or max(accuracy) - min(accuracy) < 0.05):
+        causes.append("the task is already solved: every answer in every group is right")
+    elif reward_is_accuracy:
+        causes.append("the reward is the checker's accuracy, yet nearly every group was all right or all wrong: "
+                      "the G answers to a prompt were the same")
+    elif accuracy and max(accuracy) - min(accuracy) >= 0.05:
         causes.append(f"the task's checker saw accuracy move between {min(accuracy):.0%} and {max(accuracy):.0%} "
                       f"while the reward stayed at {reward:.3g}: the reward ignores whether the answer is right")
-    else:
-        causes.append("the task is already solved: every answer in every group is right")
-    causes += ["a reward function returns the same value whatever the completion",
-               "a temperature so low (or a model so sure) that the G answers are identical"]
-    fixes = [("reward functions", "make the reward depend on the completion: a right and a wrong answer must score "
-              "differently", "GRPO learns only from differences within a group"), *fixes]
+    if not reward_is_accuracy:
+        causes.append("a reward function returns the same value whatever the completion")
+        fixes = [("reward functions", "make the reward depend on the completion: a right and a wrong answer must "
+                  "score differently", "GRPO learns only from differences within a group"), *fixes]
+    if not _low_temperature(log):
+        causes.append("a temperature so low (or a model so sure) that the G answers are identical")
     return Finding("no_reward_signal", f"From the start nearly every group's answers got equal rewards (mean "
                    f"reward {reward:.3g}): every advantage was 0, so the model learned nothing.",
                    evidence, causes, fixes, "03_zero_sigma", severity)
@@ -476,7 +508,7 @@ def _reward_collapse(log):
     smooth = _moving_average(values, window)
     i_peak = max(range(len(smooth)), key=smooth.__getitem__)
     floor, peak, end = min(0.0, min(values)), smooth[i_peak], log.mean(log.tail, "reward_mean")
-    threshold = floor + 0.25 * (peak - floor)
+    threshold = floor + COLLAPSE_FRACTION * (peak - floor)
     if i_peak >= log.n - len(log.tail) or peak - floor < 0.1 or end > threshold:
         return None
     summary = (f"the reward's moving average ({window} steps) peaked at {peak:.3g} at step {points[i_peak][0]}; "
@@ -622,7 +654,7 @@ def _completion_length(log):
             continue
         return Finding(
             "completion_truncated", "The completions run into max_completion_length: answers are cut off before "
-            "they end, and a cut answer is scored unfinished.", evidence,
+            "they end, so an answer that needs more tokens can never be right.", evidence,
             ["max_completion_length is too small for the answers the task needs",
              "the model rambles and rarely ends with <eos> (loss_type='grpo' penalises long wrong answers less per "
              "token)"],
@@ -696,9 +728,11 @@ def _reward_up_accuracy_down(log):
         up, down = log.mean(before, "reward_mean"), log.mean(after, "reward_mean")
         if down <= up:
             return None
+        when = (f"up to step {best['step']}" if any(r["step"] <= best["step"] for r in log.rows)
+                else f"over {log.span(before)}")
         summary = (f"held-out accuracy {best['accuracy']:.3g} at step {best['step']}, {last['accuracy']:.3g} at "
-                   f"step {last['step']} (rule: ≥ 0.05 lower); batch reward {up:.3g} up to step {best['step']}, "
-                   f"{down:.3g} after it")
+                   f"step {last['step']} (rule: ≥ 0.05 lower); batch reward {up:.3g} {when}, "
+                   f"{down:.3g} after {'it' if when.startswith('up') else 'that'}")
         evidence = _evidence("heldout_accuracy", [(e["step"], e["accuracy"]) for e in log.evals], summary,
                              best["accuracy"] - 0.05)
         severity, seen = 80, "held-out accuracy"

@@ -83,6 +83,12 @@ def _dead(p, G, B=1):
     return dead_group_probability(p, G, batch_size=B)
 
 
+def _collapse_threshold(peak, floor=0.0):
+    from grpo_edu.diagnose import COLLAPSE_FRACTION
+
+    return round(floor + COLLAPSE_FRACTION * (peak - floor), 4)
+
+
 def _objective(ratio, advantage, epsilon=0.2, epsilon_high=None):
     """−grpo_loss for one token with π_θ/π_θold = ratio: min(r·Â, clip(r)·Â)."""
     import torch
@@ -354,6 +360,18 @@ EXERCISES: dict[str, Any] = {
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in _composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
                      "'' is not right but has length 0; '46' is right with length 2."),
+    # lesson 09: the diagnostics clinic
+    "09.1": Exercise("A batch's success rate is p = 0.45 and G = 2. What share of groups do you expect to be dead "
+                     "(all answers right or all wrong)? (4 decimals)",
+                     lambda: round(_dead(0.45, 2), 4),
+                     "a group is dead when all G answers are right (p^G) or all wrong ((1 − p)^G)."),
+    "09.2": Exercise("The same p = 0.45 with G = 8: what share of groups do you expect to be dead? (4 decimals)",
+                     lambda: round(_dead(0.45, 8), 4),
+                     "p^8 + (1 − p)^8: both terms are tiny.", tolerance=1e-4),
+    "09.3": Exercise("A run's reward, averaged over a few steps, peaked at 0.6; rewards never went below 0. Up to "
+                     "what mean reward at the end of the run does diagnose call it reward_collapse?",
+                     lambda: _collapse_threshold(0.6),
+                     "the rule's threshold is a quarter of the way from the floor (0) to the peak."),
     # lesson 02: group advantages
     "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
                      "correct answer? (4 decimals)",
@@ -458,6 +476,10 @@ EXERCISES: dict[str, Any] = {
 }
 
 
+CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few_live_groups", "no_progress",
+               "completion_truncated", "reward_up_accuracy_down", "entropy_collapse", "kl_runaway")
+"""Lesson 09's menu of diagnoses: the findings a learner chooses from for each sick run."""
+
 PREDICTIONS: dict[str, Prediction] = {
     "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
                         "= 1000. How many epochs does the run make?", tolerance=1e-9),
@@ -481,6 +503,10 @@ PREDICTIONS: dict[str, Prediction] = {
     "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
                         "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
                         choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
+    **{f"09.P{i}": Prediction(f"Case {i}, {case}: which finding will diagnose rank first? One of: "
+                              + ", ".join(CLINIC_MENU) + ".", choices=CLINIC_MENU)
+       for i, case in enumerate(("learning rate 10× too high", "a broken reward", "temperature 0.3", "G = 2",
+                                 "β = 10", "max_completion_length = 2", "brevity weighted 0.8"), start=1)},
     "04.P2": Prediction("Put k1 = log π_θ − log π_ref in the loss. Averaged over tokens sampled from π_θ, is "
                         "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
                         "'something else'?",

@@ -468,15 +468,15 @@ def _draw_metric(ax, key, history, evals, *, color, label=None, smooth=20, raw=T
     ax.plot(steps, moving_average(values, smooth), color=color, lw=lw, alpha=alpha, label=label)
 
 
-def training_curves(history, evals=None, *, smooth=20, title=None):
+def training_curves(history, evals=None, *, smooth=20, title=None, figsize=(10.0, 5.2)):
     """Six panels against the step: reward and held-out accuracy, KL, entropy, dead groups,
-    completion length and gradient norm (lessons 05 and 08).
+    completion length and gradient norm (lessons 05, 08 and 09). ``figsize`` in inches.
 
     ``history``: the trainer's per-step metrics (``trainer.history``); ``evals``: its
     held-out accuracies (``trainer.evals``), drawn as dots on the first panel. Faint lines
     are the per-step values, bold lines their moving average over ``smooth`` steps.
     """
-    fig = Figure(figsize=(10.0, 5.2), layout="constrained")
+    fig = Figure(figsize=figsize, layout="constrained")
     axes = fig.subplots(2, 3).ravel()
     ax = axes[0]
     if history:

@@ -119,6 +119,30 @@ def test_dead_groups_late_tells_mastered_from_broken():
     assert first(broken) == "dead_groups_late" and broken[0].severity == 40 and "all wrong" in broken[0].symptom
 
 
+def test_a_cold_sampler_is_named_and_warmed_first():
+    # τ = 0.3 on the task's own reward (reward = the checker's accuracy): answers alike, not a broken reward
+    alike = dict(reward_mean=lambda t, n: 0.9 + 0.05 * math.sin(t), dead_group_fraction=lambda t, n: 0.93,
+                 accuracy=lambda t, n: 0.9 + 0.05 * math.sin(t))
+    top = diagnose(history(**alike), config=GRPOConfig(temperature=0.3))[0]
+    assert top.name == "no_reward_signal"
+    assert top.causes[0].startswith("temperature = 0.3 is low")
+    assert "the G answers to a prompt were the same" in top.causes[1]
+    assert not any("ignores whether the answer is right" in c for c in top.causes)
+    assert top.fixes[0][:2] == ("temperature", "0.3 → 1.0")
+    assert all(fix[0] != "reward functions" for fix in top.fixes)
+    warm = diagnose(history(**alike))[0]                     # no config: τ unknown, G first, τ a little higher
+    assert [f[0] for f in warm.fixes] == ["num_generations", "temperature"]
+
+
+def test_held_out_accuracy_best_at_step_0_is_worded_as_the_start():
+    rows = history(reward_mean=lambda t, n: 0.3 + 0.3 * t / n)
+    evals = [{"step": 0, "accuracy": 0.5}, {"step": 30, "accuracy": 0.3}, {"step": 60, "accuracy": 0.1}]
+    top = diagnose(rows, evals)[0]
+    assert top.name == "reward_up_accuracy_down"
+    assert "batch reward 0.3" in top.evidence["summary"] and "over steps 1–6, " in top.evidence["summary"]
+    assert "after that" in top.evidence["summary"]
+
+
 def test_few_live_groups_names_a_small_G():
     rows = history(dead_group_fraction=lambda t, n: 0.55, reward_mean=lambda t, n: 0.45 + 0.3 * t / n)
     top = diagnose(rows, config=GRPOConfig(num_generations=2))[0]
