@@ -68,7 +68,7 @@ def run_phase(trainer, probes, *, probe_every, probe_samples=2, progress=True, d
     ``probes``: {task name: held-out rows}. Returns a :class:`PhaseRecord`; the trainer keeps
     the trained policy and its buffer.
     """
-    from tqdm.auto import tqdm
+    from grpo_edu.progress import progress_bar
 
     _checks.positive_int("probe_every", probe_every)
     if not probes:
@@ -91,9 +91,8 @@ def run_phase(trainer, probes, *, probe_every, probe_samples=2, progress=True, d
 
     measure()
     total = trainer.schedule.total_steps
-    # mininterval: a notebook bar is a widget, and each redraw is a message to the front end; a
-    # cell that runs several phases must not send more than ZMQ's default queue of 1000 (nbval loses the rest)
-    with tqdm(total=total, desc=desc, unit="step", disable=not progress, dynamic_ncols=True, mininterval=1.0) as bar:
+    # mininterval: a cell that runs several phases must stay under 1000 widget messages (see progress_bar)
+    with progress_bar(total, desc=desc, disable=not progress, mininterval=1.0) as bar:
         while trainer.step_count < total:
             record.history.append(trainer.step())
             bar.update(1)

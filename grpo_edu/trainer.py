@@ -375,7 +375,7 @@ class GRPOTrainer:
         that holds another run is refused. Calling ``train()`` again after an interruption
         continues this run.
         """
-        from tqdm.auto import tqdm
+        from grpo_edu.progress import progress_bar
 
         if resume_from is not None and overwrite:
             _checks.fail("overwrite", "cannot be combined with resume_from",
@@ -386,8 +386,7 @@ class GRPOTrainer:
         with self._writing(overwrite=overwrite):
             if resume_from is None and not self.evals:
                 self._record_eval()
-            bar = tqdm(total=self.schedule.total_steps, initial=self.step_count, disable=not progress,
-                       desc="GRPO", unit="step", dynamic_ncols=True, mininterval=0.5)
+            bar = progress_bar(self.schedule.total_steps, initial=self.step_count, disable=not progress, desc="GRPO")
             try:
                 while self.step_count < self.schedule.total_steps:
                     m = self.step()

@@ -144,7 +144,7 @@ def schedule_timeline(schedule, ax=None):
     ax.set_xlabel("step (one sampled batch)")
     ax.set_ylabel("epoch")
     ax.set_title(f"{schedule.steps_per_epoch} steps per epoch; the run takes {schedule.total_steps} steps "
-                 f"= {schedule.epochs_completed:g} epochs", fontsize=10)
+                 f"= {schedule.epochs_completed:g} epoch{'' if schedule.epochs_completed == 1 else 's'}", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.9)
     return fig
 
@@ -226,8 +226,11 @@ def dead_group_curves(num_generations=(2, 4, 8, 16), *, p=None, G=None, ax=None)
         q = dead_group_probability(p, G)
         ax.plot([p], [q], "o", color="black", ms=7)
         left = p > 0.5                                  # keep the label inside the axes
-        ax.annotate(f"p = {p:g}, G = {G}: {q:.3f}", (p, q), xytext=(-8 if left else 8, 8),
-                    textcoords="offset points", ha="right" if left else "left", fontsize=9)
+        low = q < 0.15                                  # near the floor: lift the label clear of the curves
+        ax.annotate(f"p = {p:g}, G = {G}: {q:.3f}", (p, q), xytext=(-10 if left else 10, 28 if low else 8),
+                    textcoords="offset points", ha="right" if left else "left", fontsize=9,
+                    bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85),
+                    arrowprops=dict(arrowstyle="-", color="black", lw=0.8) if low else None)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("p: chance that one answer is correct")

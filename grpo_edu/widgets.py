@@ -20,8 +20,14 @@ from grpo_edu import viz
 from grpo_edu.advantages import dead_group_probability, group_advantages, group_stats, rank_advantages
 from grpo_edu.schedule import TrainingSchedule
 
-_STYLE = {"description_width": "initial"}
-_LAYOUT = {"width": "420px"}
+_STYLE = {"description_width": "170px"}     # one label width: every slider's track starts at the same place
+_LAYOUT = {"width": "460px"}                # and has the same length
+
+
+STATIC_HINT = ("▶ Sliders appear here when this cell runs in Jupyter (Run ▸ Run All Cells). After reopening a "
+               "saved notebook, run the cell again if it says \"Error displaying widget\".")
+"""Shown in place of a panel's controls wherever they cannot render: an unrun or untrusted
+notebook, GitHub, nbviewer, a notebook reopened without its widget state."""
 
 
 class Panel(W.VBox):
@@ -50,7 +56,7 @@ class Panel(W.VBox):
 
     def _ipython_display_(self):
         bundle = super()._repr_mimebundle_()      # the live controls (needs a browser)
-        bundle["text/plain"] = repr(self)          # deterministic, not truncated
+        bundle["text/plain"] = f"{self!r}\n{STATIC_HINT}"  # what a view without live widgets shows
         display(bundle, raw=True)
         self._shown.append([display(out, display_id=True) for out in self.outputs])
 
@@ -77,20 +83,45 @@ def _float(name, value, lo, hi, step):
 
 # --- lesson 01 ----------------------------------------------------------------------------
 
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def schedule_panel(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3,
                    total_training_steps=1000, micro_batch_size=8):
     """Sliders for a ``TrainingSchedule``; shows its ``summary()`` and ``viz.schedule_timeline``.
 
     The defaults are the seed's worked example (2000 prompts, batch 4, G 8, 1000 steps).
+    ``micro_batch_size`` must divide the step's batch_size × G completions, so its slider
+    offers only those divisors, and follows when batch_size or G moves (it keeps the largest
+    divisor not above its value). Every slider position is then a valid schedule; lesson 01
+    shows the error for an invalid one separately.
     """
+    completions = batch_size * num_generations
+    if completions % micro_batch_size:
+        raise ValueError(f"micro_batch_size: {micro_batch_size} does not divide batch_size × G = {completions}. "
+                         f"Fix: use one of {_divisors(completions)}.")
+    micro = W.SelectionSlider(options=_divisors(completions), value=micro_batch_size,
+                              description="micro_batch_size", continuous_update=False, style=_STYLE,
+                              layout=_LAYOUT)
     controls = {
         "dataset_size": _int("dataset_size", dataset_size, 100, 5000, 100),
         "batch_size": _int("batch_size", batch_size, 1, 64),
         "num_generations": _int("num_generations (G)", num_generations, 2, 16),
         "total_epochs": _int("total_epochs", total_epochs, 1, 20),
         "total_training_steps": _int("total_training_steps", total_training_steps, 100, 5000, 100),
-        "micro_batch_size": _int("micro_batch_size", micro_batch_size, 1, 64),
+        "micro_batch_size": micro,
     }
+
+    def follow(change):
+        # runs before the panel redraws (registered first): keep micro_batch_size a divisor of B × G
+        n = controls["batch_size"].value * controls["num_generations"].value
+        keep = max(d for d in _divisors(n) if d <= micro.value)
+        micro.options = _divisors(n)          # a valid schedule at every moment: options first, then value
+        micro.value = keep
+
+    controls["batch_size"].observe(follow, names="value")
+    controls["num_generations"].observe(follow, names="value")
 
     def compute(**params):
         schedule = TrainingSchedule(**params)
@@ -116,7 +147,7 @@ def advantage_panel(rewards=(1, 0, 0, 1, 0, 0, 0, 1), scale="group"):
         "rewards": W.Text(value=", ".join(f"{r:g}" for r in rewards), description="rewards",
                           continuous_update=False, style=_STYLE, layout=_LAYOUT),
         "scale": W.Dropdown(options=["group", "none", "rank"], value=scale, description="scale",
-                            style=_STYLE),
+                            style=_STYLE, layout=_LAYOUT),
     }
 
     def compute(rewards, scale):
@@ -127,7 +158,9 @@ def advantage_panel(rewards=(1, 0, 0, 1, 0, 0, 0, 1), scale="group"):
         rows = [{"completion": f"o{i}", "reward R": r, "R − μ": c, "advantage Â": a}
                 for i, (r, c, a) in enumerate(zip(values, centred, adv), start=1)]
         title = f"μ = {mu:.4g}, σ (unbiased) = {sigma:.4g}, scale = {scale!r}"
-        return [viz.advantage_bars(values, scale=scale), viz.Table(rows, title=title)]
+        if scale == "group":
+            title += "; Â = (R − μ)/(σ + eps), eps = 1e-4, so Â is a little under (R − μ)/σ (1.4997, not 1.5)"
+        return [viz.advantage_bars(values, scale=scale), viz.Table(rows, title=title, digits=5)]
 
     return Panel("AdvantagePanel", controls, compute)
 

@@ -148,14 +148,45 @@ def test_schedule_panel_shows_the_summary():
                            "total_training_steps=1000, micro_batch_size=8)")
 
 
-def test_schedule_panel_updates_and_shows_library_errors():
+def test_schedule_panel_updates_and_micro_batch_size_follows_the_batch():
     panel = widgets.schedule_panel()
     panel.controls["batch_size"].value = 8
     assert {r["quantity"]: r["value"] for r in _table(panel).rows}["steps_per_epoch"] == 250
-    panel.controls["micro_batch_size"].value = 12
-    note = panel.outputs[0]
-    assert isinstance(note, viz.Note) and note.text.startswith("micro_batch_size:") and "Fix:" in note.text
-    assert len(panel.outputs) == 2
+    micro = panel.controls["micro_batch_size"]
+    assert list(micro.options) == [1, 2, 4, 8, 16, 32, 64] and micro.value == 8           # divisors of 8 × 8
+    panel.controls["num_generations"].value = 7                                         # 56 = 2³ · 7
+    assert list(micro.options) == [1, 2, 4, 7, 8, 14, 28, 56] and micro.value == 8
+    panel.controls["num_generations"].value = 5                                         # 40: 8 still divides
+    micro.value = 20
+    panel.controls["num_generations"].value = 3                                         # 24: 20 does not; 12 is kept
+    assert micro.value == 12
+    summary = {r["quantity"]: r["value"] for r in _table(panel).rows}
+    assert summary == TrainingSchedule(dataset_size=2000, batch_size=8, num_generations=3, total_epochs=3,
+                                       total_training_steps=1000, micro_batch_size=12).summary()
+    with pytest.raises(ValueError, match=r"^micro_batch_size: 12 does not divide batch_size × G = 32"):
+        widgets.schedule_panel(micro_batch_size=12)
+
+
+def test_schedule_panel_random_walk_never_lands_on_an_error():
+    import random
+
+    panel, rng = widgets.schedule_panel(), random.Random(0)
+    errors = 0
+    for _ in range(150):          # a person nudging sliders: one control, one step left or right
+        control = rng.choice(list(panel.controls.values()))
+        if isinstance(control, widgets.W.SelectionSlider):
+            i = list(control.options).index(control.value) + rng.choice((-1, 1))
+            control.value = control.options[min(max(i, 0), len(control.options) - 1)]
+        else:
+            control.value = min(max(control.value + rng.choice((-1, 1)) * control.step, control.min), control.max)
+        errors += any(isinstance(out, viz.Note) for out in panel.outputs)
+    assert errors == 0
+
+
+def test_a_panel_shows_the_librarys_error_in_place_of_its_results():
+    panel = widgets.advantage_panel()
+    panel.controls["rewards"].value = "1, oops"
+    assert isinstance(panel.outputs[0], viz.Note) and panel.outputs[0].text.startswith("rewards:")
 
 
 def test_advantage_panel_shows_library_advantages():
@@ -214,7 +245,8 @@ def test_panel_display_publishes_controls_then_results(monkeypatch):
     panel = widgets.dead_group_panel()
     panel._ipython_display_()
     bundle, table, fig = shown
-    assert bundle["text/plain"] == "DeadGroupPanel(p=0.5, num_generations=8, batch_size=4)"
+    assert bundle["text/plain"] == "DeadGroupPanel(p=0.5, num_generations=8, batch_size=4)\n" + widgets.STATIC_HINT
+    assert "Run All Cells" in widgets.STATIC_HINT
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert isinstance(table, viz.Table) and isinstance(fig, Figure)
     panel.controls["p"].value = 0.9
