@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import re
+import time
 
 import pytest
 
@@ -156,7 +157,12 @@ def test_bench_prints_its_numbers(capsys):
     assert "grpo_edu" in out and "floor" in out and "s/step" in out and "start → first step" in out
 
 
-def test_bench_replay_prints_buffer_and_step_numbers(capsys):
+def test_bench_replay_prints_buffer_and_step_numbers(capsys, monkeypatch):
+    from grpo_edu import bench
+
+    # the children run in this process: the test above already proves the subprocess machinery,
+    # and three more interpreters would cost half a minute of the suite's budget
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup: bench.CHILDREN[name](time.time(), steps, warmup))
     assert main(["bench", "--replay", "--steps", "1", "--warmup", "0", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     for storage in ("memory", "sqlite", "jsonl"):
