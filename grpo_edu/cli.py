@@ -107,6 +107,16 @@ def _config_from(args):
     return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
+# --- export --------------------------------------------------------------------------------
+def cmd_export(args):
+    from grpo_edu.export import format_export, to_trl, to_verl
+
+    config = _config_from(args)
+    result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
+    print(format_export(result, args.target))
+    return 0
+
+
 # --- train ---------------------------------------------------------------------------------
 def default_run_dir(now=None):
     """``runs/<timestamp>`` (e.g. runs/20261130-091500) under the current folder; a suffix if taken."""
@@ -319,6 +329,17 @@ def build_parser():
                          "checkpoint's trainer_state.json), to check the reward against held-out accuracy.")
     dg.add_argument("--plot", metavar="OUT.png", help="Also draw the metrics behind the findings into this image.")
     dg.set_defaults(func=cmd_diagnose)
+
+    ex = sub.add_parser("export", help="print a run's settings for TRL or verl, with the reason for each difference",
+                        description="Print the settings that make TRL's GRPOTrainer (trl.GRPOConfig keyword arguments) "
+                                    "or verl (command-line overrides) take the same step as grpo-edu train with "
+                                    "the same flags; a comment gives the reason where names or defaults differ, "
+                                    "and what cannot be matched is listed at the end.")
+    ex.add_argument("target", choices=("trl", "verl"), help="The trainer to export to.")
+    ex.add_argument("--processes", type=int, default=1, metavar="INT",
+                    help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
+    _add_config_flags(ex)
+    ex.set_defaults(func=cmd_export)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
     sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")

@@ -1,0 +1,96 @@
+"""grpo_edu.export: our settings under TRL's and verl's names, accepted by them, traps named."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from grpo_edu.config import GRPOConfig
+from grpo_edu.export import format_export, to_trl, to_verl
+
+CONFIGS = [GRPOConfig(), GRPOConfig(batch_size=4, num_generations=16, micro_batch_size=8, num_iterations=2),
+           GRPOConfig(loss_type="dr_grpo", scale="none", beta=0.0, epsilon_high=0.28, lr_scheduler_type="constant"),
+           GRPOConfig(loss_type="dapo", temperature=0.7, max_completion_length=256, total_training_steps=10)]
+
+
+def test_the_default_step_in_trl_terms():
+    kwargs, info = to_trl()
+    assert kwargs["per_device_train_batch_size"] == 128 and kwargs["gradient_accumulation_steps"] == 1
+    assert kwargs["max_steps"] == 1500 and kwargs["beta"] == 0.04 and kwargs["loss_type"] == "grpo"
+    assert kwargs["use_bias_correction_kl"] is False and kwargs["bf16"] is False and kwargs["top_k"] == 0
+    assert "counts completions" in info["why"]["per_device_train_batch_size"]
+    assert "'dapo'" in info["why"]["loss_type"] and "ratio" in info["why"]["use_bias_correction_kl"]
+
+
+def test_processes_and_micro_batches_keep_the_completions_per_update():
+    for c in CONFIGS:
+        for processes in (1, 2, 4):
+            kwargs, _ = to_trl(c, num_processes=processes)
+            per_update = kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"] * processes
+            assert per_update == c.batch_size * c.num_generations
+            assert kwargs["max_steps"] == c.total_training_steps * c.num_iterations
+    with pytest.raises(ValueError, match=r"^num_processes: 3 processes cannot share a step of batch_size × G = 128"):
+        to_trl(num_processes=3)
+    with pytest.raises(ValueError, match=r"^n_gpus: each of 8 processes takes 16 completions, which micro_batch_size "
+                                         r"32 does not divide"):
+        to_verl(GRPOConfig(micro_batch_size=32), n_gpus=8)
+
+
+def test_what_trl_cannot_match_is_listed():
+    _, info = to_trl(GRPOConfig(replay_ratio=0.2, total_training_steps=None, total_epochs=2))
+    fields = [field for field, _ in info["unmatched"]]
+    assert "replay_ratio" in fields and "total_epochs" in fields
+
+
+def test_trl_accepts_the_exported_settings(tmp_path):
+    trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
+    for c in CONFIGS:
+        kwargs, _ = to_trl(c)
+        kwargs["use_cpu"] = True
+        args = trl.GRPOConfig(output_dir=str(tmp_path), report_to=[], **kwargs)
+        assert args.generation_batch_size == c.batch_size * c.num_generations          # one step's completions
+        assert args.scale_rewards == c.scale and args.loss_type == c.loss_type
+
+
+def test_verl_counts_prompts_and_turns_off_its_extras():
+    overrides, info = to_verl(GRPOConfig(loss_type="dr_grpo"), n_gpus=2)
+    pairs = dict(info["pairs"])
+    assert pairs["data.train_batch_size"] == 16 and pairs["actor_rollout_ref.rollout.n"] == 8
+    assert pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 64
+    assert pairs["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
+    assert pairs["actor_rollout_ref.actor.loss_scale_factor"] == 4
+    assert "actor_rollout_ref.actor.clip_ratio_c=1e9" in overrides and "algorithm.adv_estimator=grpo" in overrides
+    assert "actor_rollout_ref.actor.use_kl_loss=true" in overrides
+    assert any(field == "lr_scheduler_type" for field, _ in info["unmatched"])
+    grpo = dict(to_verl(GRPOConfig(loss_type="grpo"))[1]["pairs"])
+    assert grpo["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
+    assert "actor_rollout_ref.actor.loss_scale_factor" not in grpo
+    text = format_export((overrides, info), "verl")
+    assert "# not matched exactly:" in text and "verl counts prompts" in text
+
+
+def test_every_verl_key_is_in_verls_own_trainer_config():
+    spec = importlib.util.find_spec("verl")          # finds the package without importing it (no torch/ray needed)
+    if spec is None:
+        pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
+    yaml = pytest.importorskip("yaml")
+    shipped = yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+                             .read_text())
+    for c in CONFIGS:
+        for key, _ in to_verl(c)[1]["pairs"]:
+            node = shipped
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, f"{key} is not in verl's ppo_trainer config"
+                node = node[part]
+
+
+def test_grpo_edu_export_prints_each_setting_and_its_reason(capsys):
+    from grpo_edu.cli import main
+
+    assert main(["export", "verl", "--loss-type", "dr_grpo", "--processes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "actor_rollout_ref.actor.loss_scale_factor=4    # else verl divides" in out
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64" in out
+    assert main(["export", "trl", "--beta", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "beta=0.0\n" in out and "use_bias_correction_kl=False    # TRL's default True" in out
