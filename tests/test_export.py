@@ -94,3 +94,52 @@ def test_grpo_edu_export_prints_each_setting_and_its_reason(capsys):
     assert main(["export", "trl", "--beta", "0"]) == 0
     out = capsys.readouterr().out
     assert "beta=0.0\n" in out and "use_bias_correction_kl=False    # TRL's default True" in out
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, random_model, char_tokenizer, tmp_path):
+    """The premise of to_trl: on one fixed batch, TRL's own _compute_loss equals grpo_edu's grpo_loss."""
+    trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
+    import datasets
+    import torch
+
+    from grpo_edu.losses import grpo_loss
+
+    random_model.save_pretrained(tmp_path / "model")
+    char_tokenizer.save_pretrained(tmp_path / "model")
+    config = GRPOConfig(batch_size=2, num_generations=4, max_completion_length=5, beta=0.04, epsilon_high=0.28,
+                        loss_type=loss_type, total_training_steps=1)
+    kwargs, _ = to_trl(config)
+    kwargs["use_cpu"] = True
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), report_to=[], logging_steps=1, **kwargs)
+    trainer = trl.GRPOTrainer(model=str(tmp_path / "model"), processing_class=char_tokenizer, args=args,
+                              reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(completions)],
+                              train_dataset=datasets.Dataset.from_list([{"prompt": "12+34="}] * 8))
+    model = trainer.model.train()
+    torch.manual_seed(0)
+    vocab = len(char_tokenizer)
+    prompt_ids = torch.randint(4, vocab, (8, 4))
+    completion_ids = torch.randint(4, vocab, (8, 5))
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]] * 2)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model, torch.cat([prompt_ids, completion_ids], 1), torch.cat([torch.ones(8, 4, dtype=torch.long),
+                                                                      completion_mask], 1), 5)
+    old = logps.detach() + 0.3 * torch.randn(8, 5)          # ratios far from 1: the clip binds on some tokens
+    ref = logps.detach() + 0.5 * torch.randn(8, 5)
+    advantages = torch.randn(8)
+    inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones(8, 4, dtype=torch.long),
+              "completion_ids": completion_ids, "completion_mask": completion_mask, "advantages": advantages,
+              "old_per_token_logps": old, "ref_per_token_logps": ref,
+              "num_items_in_batch": completion_mask.sum()}
+    trainer.current_gradient_accumulation_steps = 1
+    theirs = trainer._compute_loss(model, inputs)
+    ours, info = grpo_loss(logps, old, advantages, completion_mask, ref_logprobs=ref, beta=config.beta,
+                           epsilon=config.epsilon, epsilon_high=config.epsilon_high, loss_type=loss_type,
+                           max_completion_length=config.max_completion_length)
+    assert 0 < info["clip_fraction"] < 1
+    assert abs(theirs.item() - ours.item()) < 1e-6, (theirs.item(), ours.item())
+    g_theirs = torch.autograd.grad(theirs, list(model.parameters()), retain_graph=True, allow_unused=True)
+    g_ours = torch.autograd.grad(ours, list(model.parameters()), allow_unused=True)
+    for a, b in zip(g_theirs, g_ours):
+        if a is not None:
+            assert torch.allclose(a, b, atol=1e-6)
