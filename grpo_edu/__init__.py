@@ -21,6 +21,8 @@ Where each concept lives (one module per concept, named after it):
 ``diagnose``        findings from a run's metrics (ours or TRL's): symptom, evidence, fixes
 ``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
 ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
+``export``          a config carried to TRL (GRPOConfig kwargs) and verl (overrides), traps named
+``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
 ``config``          GRPOConfig: every knob of a run, checked up front
 ``trainer``         GRPOTrainer: the loop of the algorithm box
 ``evaluation``      held-out accuracy of a model
@@ -32,6 +34,8 @@ Where each concept lives (one module per concept, named after it):
 ``exercises``       self-check exercises for the lessons
 ``claims``          a lesson's claims about a run, checked with measured margins
 ``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
+``progress``        progress bars that leave a final text (not "0%") in saved notebooks
+``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
 ==================  =========================================================
 """
 
