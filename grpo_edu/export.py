@@ -102,7 +102,8 @@ def to_trl(config=None, *, num_processes=1):
     put("mask_truncated_completions", False, "grpo_edu trains on cut-off answers too")
     put("seed", c.seed)
     put("bf16", False, "TRL turns bf16 on by default; grpo_edu trains in float32")
-    put("use_cpu", c.device == "cpu", None)
+    if c.device == "cpu":
+        put("use_cpu", True, "device='cpu'")
     unmatched = []
     if c.total_training_steps is None:
         unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
