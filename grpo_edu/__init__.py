@@ -23,6 +23,7 @@ Where each concept lives (one module per concept, named after it):
 ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
 ``export``          a config carried to TRL (GRPOConfig kwargs) and verl (overrides), traps named
 ``graduation``      the course's run in TRL with the exported settings (one or more processes)
+``word_problems``   chat-template prompts and final-number/format rewards (the GPU section)
 ``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
 ``config``          GRPOConfig: every knob of a run, checked up front
 ``trainer``         GRPOTrainer: the loop of the algorithm box

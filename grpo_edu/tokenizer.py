@@ -33,12 +33,15 @@ CHARS = "0123456789+-*= "
 tasks use, plus space (completions may start with one; ``is_correct`` strips it)."""
 
 
-def build_char_tokenizer():
-    """A ``PreTrainedTokenizerFast`` over :data:`SPECIAL_TOKENS` then :data:`CHARS`."""
+def build_char_tokenizer(chars=CHARS):
+    """A ``PreTrainedTokenizerFast`` over :data:`SPECIAL_TOKENS` then ``chars`` (default :data:`CHARS`;
+    the GPU section's tests pass all printable ASCII, for word problems)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *CHARS])}
+    if len(set(chars)) != len(chars):
+        raise ValueError("chars: a character appears twice. Fix: pass each character once.")
+    vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *chars])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     # "." matches any single character (space included): every character is its own token
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
