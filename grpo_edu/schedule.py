@@ -23,6 +23,11 @@ from dataclasses import dataclass
 from grpo_edu import _checks
 
 
+def micro_batch_sizes(completions_per_step):
+    """The micro_batch_size values that split a step of ``completions_per_step`` evenly: its divisors."""
+    return [d for d in range(1, completions_per_step + 1) if completions_per_step % d == 0]
+
+
 @dataclass(frozen=True)
 class TrainingSchedule:
     """How many steps a GRPO run takes, and what each step holds.
@@ -63,8 +68,7 @@ class TrainingSchedule:
         if self.micro_batch_size is not None:
             _checks.positive_int("micro_batch_size", self.micro_batch_size)
             if self.completions_per_step % self.micro_batch_size:
-                divisors = [d for d in range(1, self.completions_per_step + 1)
-                            if self.completions_per_step % d == 0]
+                divisors = micro_batch_sizes(self.completions_per_step)
                 _checks.fail("micro_batch_size",
                              f"batch_size × G = {self.batch_size} × {self.num_generations} = "
                              f"{self.completions_per_step} completions do not split into micro-batches "

@@ -11,46 +11,37 @@ and the tests only read the files it wrote. On CPU: about 20 s per run.
 
 import json
 import sys
-import tempfile
-from pathlib import Path
 
-from grpo_edu.models import ASSETS, bundled_model_dir
-from grpo_edu.tasks import get_task
+from grpo_edu.config import GRPOConfig
+from grpo_edu.export import to_trl
+from grpo_edu.models import ASSETS
 
 OUT = ASSETS / "trl-runs"
 RUNS = {
     "healthy": dict(learning_rate=3e-4),
     "lr-too-high": dict(learning_rate=3e-3),
 }
-"""Run name → the TRL settings that differ; everything else is the course's default step."""
+"""Run name → the settings that differ; everything else is the course's default step (``to_trl``)."""
 
 
 def run(name, steps=80, seed=0):
-    """Train TRL's GRPOTrainer for ``steps`` steps; return the path of the trainer_state.json kept."""
-    import datasets
+    """Train TRL's GRPOTrainer for ``steps`` steps; return the path of the trainer_state.json kept.
+
+    The TRL settings are ``grpo_edu.export.to_trl`` of the course's default step with the run's
+    learning rate, held constant (``grpo_edu.graduation.run_trl`` does the training).
+    """
     import trl
-    from trl import GRPOConfig as TRLConfig, GRPOTrainer as TRLTrainer
 
-    task = get_task("addition")
+    from grpo_edu.graduation import run_trl
 
-    def reward_addition(prompts, completions, answer, **kwargs):
-        return task.reward(prompts, completions, answer)
-
-    settings = dict(per_device_train_batch_size=16 * 8, num_generations=8, max_completion_length=4, beta=0.04,
-                    num_iterations=1, loss_type="grpo", lr_scheduler_type="constant", temperature=1.0, top_k=0,
-                    bf16=False, use_cpu=True, max_steps=steps, logging_steps=1, report_to=[], save_strategy="no",
-                    seed=seed, disable_tqdm=True, dataloader_num_workers=0, **RUNS[name])
-    with tempfile.TemporaryDirectory() as tmp:
-        args = TRLConfig(output_dir=tmp, **settings)
-        trainer = TRLTrainer(model=str(bundled_model_dir()), reward_funcs=[reward_addition], args=args,
-                             train_dataset=datasets.Dataset.from_list(task.split("train")))
-        trainer.train()
-        trainer.state.save_to_json(f"{tmp}/state.json")
-        state = json.loads(Path(f"{tmp}/state.json").read_text(encoding="utf-8"))
+    config = GRPOConfig(total_training_steps=steps, seed=seed, lr_scheduler_type="constant", eval_size=0,
+                        device="cpu", **RUNS[name])
+    history, _ = run_trl(config)
     folder = OUT / name
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "trainer_state.json"
-    record = {"log_history": state["log_history"], "global_step": state["global_step"],
+    settings, _ = to_trl(config)
+    record = {"log_history": history, "global_step": max(row.get("step", 0) for row in history),
               "made_by": f"python -m grpo_edu.trl_example (trl {trl.__version__}, seed {seed})",
               "trl_settings": {k: v for k, v in settings.items() if isinstance(v, (int, float, str))}}
     path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from IPython.display import display
 
 from grpo_edu import viz
 from grpo_edu.advantages import dead_group_probability, group_advantages, group_stats, rank_advantages
-from grpo_edu.schedule import TrainingSchedule
+from grpo_edu.schedule import TrainingSchedule, micro_batch_sizes
 
 _STYLE = {"description_width": "170px"}     # one label width: every slider's track starts at the same place
 _LAYOUT = {"width": "460px"}                # and has the same length
@@ -83,10 +83,6 @@ def _float(name, value, lo, hi, step):
 
 # --- lesson 01 ----------------------------------------------------------------------------
 
-def _divisors(n):
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def schedule_panel(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3,
                    total_training_steps=1000, micro_batch_size=8):
     """Sliders for a ``TrainingSchedule``; shows its ``summary()`` and ``viz.schedule_timeline``.
@@ -97,11 +93,10 @@ def schedule_panel(dataset_size=2000, batch_size=4, num_generations=8, total_epo
     divisor not above its value). Every slider position is then a valid schedule; lesson 01
     shows the error for an invalid one separately.
     """
-    completions = batch_size * num_generations
-    if completions % micro_batch_size:
-        raise ValueError(f"micro_batch_size: {micro_batch_size} does not divide batch_size × G = {completions}. "
-                         f"Fix: use one of {_divisors(completions)}.")
-    micro = W.SelectionSlider(options=_divisors(completions), value=micro_batch_size,
+    start = TrainingSchedule(dataset_size=dataset_size, batch_size=batch_size, num_generations=num_generations,
+                             total_epochs=total_epochs, total_training_steps=total_training_steps,
+                             micro_batch_size=micro_batch_size)       # the library's checks, before any widget
+    micro = W.SelectionSlider(options=micro_batch_sizes(start.completions_per_step), value=micro_batch_size,
                               description="micro_batch_size", continuous_update=False, style=_STYLE,
                               layout=_LAYOUT)
     controls = {
@@ -116,8 +111,8 @@ def schedule_panel(dataset_size=2000, batch_size=4, num_generations=8, total_epo
     def follow(change):
         # runs before the panel redraws (registered first): keep micro_batch_size a divisor of B × G
         n = controls["batch_size"].value * controls["num_generations"].value
-        keep = max(d for d in _divisors(n) if d <= micro.value)
-        micro.options = _divisors(n)          # a valid schedule at every moment: options first, then value
+        keep = max(d for d in micro_batch_sizes(n) if d <= micro.value)
+        micro.options = micro_batch_sizes(n)  # a valid schedule at every moment: options first, then value
         micro.value = keep
 
     controls["batch_size"].observe(follow, names="value")
@@ -159,7 +154,7 @@ def advantage_panel(rewards=(1, 0, 0, 1, 0, 0, 0, 1), scale="group"):
                 for i, (r, c, a) in enumerate(zip(values, centred, adv), start=1)]
         title = f"μ = {mu:.4g}, σ (unbiased) = {sigma:.4g}, scale = {scale!r}"
         if scale == "group":
-            title += "; Â = (R − μ)/(σ + eps), eps = 1e-4, so Â is a little under (R − μ)/σ (1.4997, not 1.5)"
+            title += "; Â = (R − μ)/(σ + eps), eps = 1e-4: a little under (R − μ)/σ"
         return [viz.advantage_bars(values, scale=scale), viz.Table(rows, title=title, digits=5)]
 
     return Panel("AdvantagePanel", controls, compute)

@@ -163,7 +163,8 @@ def test_schedule_panel_updates_and_micro_batch_size_follows_the_batch():
     summary = {r["quantity"]: r["value"] for r in _table(panel).rows}
     assert summary == TrainingSchedule(dataset_size=2000, batch_size=8, num_generations=3, total_epochs=3,
                                        total_training_steps=1000, micro_batch_size=12).summary()
-    with pytest.raises(ValueError, match=r"^micro_batch_size: 12 does not divide batch_size × G = 32"):
+    with pytest.raises(ValueError, match=r"^micro_batch_size: batch_size × G = 4 × 8 = 32 completions do not split "
+                                         r"into micro-batches of 12"):
         widgets.schedule_panel(micro_batch_size=12)
 
 
