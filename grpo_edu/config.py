@@ -29,7 +29,7 @@ CHOICES = {
 # (a new length changes the linear schedule's learning rate from the resumed step on: the
 # trainer warns when that happens)
 RESUMABLE_CHANGES = ("total_training_steps", "total_epochs", "output_dir", "checkpoint_every",
-                     "eval_size", "eval_every", "device")
+                     "eval_size", "eval_every", "device", "gradient_checkpointing")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class GRPOConfig:
     """Back-stop, in passes over the prompts; the run stops at whichever limit comes first."""
     micro_batch_size: int | None = None
     """Completions per forward/backward pass (gradient accumulation); None = the whole step at once."""
+    gradient_checkpointing: bool = False
+    """Keep only each layer's input in the forward pass and recompute the rest during backward: the
+    activations' memory shrinks to about one layer's worth, for roughly a third more compute. The
+    gradient is the same. A memory knob for big models (lesson 10); the bundled model needs none."""
     num_iterations: int = 1
     """μ: optimizer updates per sampled batch (DeepSeekMath's inner loop). 1 = strictly on-policy."""
 
@@ -129,6 +133,9 @@ class GRPOConfig:
                 warnings.warn(f"epsilon_high: {self.epsilon_high} is below epsilon {self.epsilon}, so the upper clip "
                               "is tighter than the lower one; DAPO's clip-higher uses epsilon_high > epsilon "
                               "(0.28 with 0.2)", stacklevel=3)
+        for name in ("gradient_checkpointing", "trust_remote_code"):
+            if not isinstance(getattr(self, name), bool):
+                _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
         for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
             _checks.positive_int(name, getattr(self, name), minimum=0)
         for name, allowed in CHOICES.items():

@@ -165,6 +165,29 @@ def _trl_steps(total_training_steps, num_iterations):
     return config.schedule(2000).total_steps * config.num_iterations
 
 
+def _to_trl_value(batch_size, G, micro, processes, key):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.export import to_trl
+
+    return to_trl(GRPOConfig(batch_size=batch_size, num_generations=G, micro_batch_size=micro),
+                  num_processes=processes)[0][key]
+
+
+def _verl_batch(batch_size, G, n_gpus):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.export import to_verl
+
+    pairs = dict(to_verl(GRPOConfig(batch_size=batch_size, num_generations=G), n_gpus=n_gpus)[1]["pairs"])
+    return [pairs["data.train_batch_size"], pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]]
+
+
+def _optimizer_gib(name, n_gpus, stage):
+    from grpo_edu.memory import ARCHITECTURES, memory_per_gpu
+
+    parts, _ = memory_per_gpu(ARCHITECTURES[name], n_gpus=n_gpus, zero_stage=stage)
+    return parts["AdamW moments + fp32 master weights"]
+
+
 def _default_run_schedule():
     """The schedule of ``GRPOConfig()`` on the addition task's train split."""
     from grpo_edu.config import GRPOConfig
@@ -372,6 +395,20 @@ EXERCISES: dict[str, Any] = {
                      "what mean reward at the end of the run does diagnose call it reward_collapse?",
                      lambda: _collapse_threshold(0.6),
                      "the rule's threshold is a quarter of the way from the floor (0) to the peak."),
+    # lesson 10: graduation to TRL and verl
+    "10.1": Exercise("B = 16, G = 8 on 4 processes, micro_batch_size = 16. What per_device_train_batch_size and "
+                     "gradient_accumulation_steps give TRL the same step? Answer [per_device, accumulation].",
+                     lambda: [_to_trl_value(16, 8, 16, 4, k) for k in ("per_device_train_batch_size",
+                                                                       "gradient_accumulation_steps")],
+                     "128 completions per step, 32 per process, in micro-batches of 16."),
+    "10.2": Exercise("The same B = 16, G = 8 in verl on 4 GPUs, no micro_batch_size. What are data.train_batch_size "
+                     "and ppo_micro_batch_size_per_gpu? Answer [train_batch_size, micro_per_gpu].",
+                     lambda: _verl_batch(16, 8, 4),
+                     "verl counts data.train_batch_size in prompts; the micro-batch is completions on one GPU."),
+    "10.3": Exercise("Qwen2.5-7B (7,615,616,512 parameters) on 8 GPUs with ZeRO stage 1: how many GiB per GPU do "
+                     "AdamW's moments and the fp32 master weights take? (2 decimals)",
+                     lambda: round(_optimizer_gib("Qwen2.5-7B", 8, 1), 2),
+                     "12 bytes per parameter (4 + 4 + 4), split 8 ways; 1 GiB = 1024³ bytes.", tolerance=0.01),
     # lesson 02: group advantages
     "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
                      "correct answer? (4 decimals)",
@@ -511,6 +548,13 @@ PREDICTIONS: dict[str, Prediction] = {
                         "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
                         "'something else'?",
                         choices=("zero", "the kl gradient", "something else")),
+    "10.P1": Prediction("The same 60-step run in grpo_edu and in TRL (exported settings, same model, prompts and "
+                        "seed). Their held-out accuracies at the end will be: 'within 6 points', 'TRL ahead by "
+                        "more' or 'grpo_edu ahead by more'?",
+                        choices=("within 6 points", "trl ahead by more", "grpo_edu ahead by more")),
+    "10.P2": Prediction("Now TRL on 2 processes, each taking half of every step's answers. Compared with one "
+                        "process, its learning curve will be: 'the same within noise', 'faster' or 'slower'?",
+                        choices=("the same within noise", "faster", "slower")),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""
 

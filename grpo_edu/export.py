@@ -101,6 +101,9 @@ def to_trl(config=None, *, num_processes=1):
     put("max_completion_length", c.max_completion_length)
     put("mask_truncated_completions", False, "grpo_edu trains on cut-off answers too")
     put("seed", c.seed)
+    put("gradient_checkpointing", c.gradient_checkpointing,
+        "TRL's GRPOConfig turns it on by default: the same gradient for about a third more compute"
+        if not c.gradient_checkpointing else None)
     put("bf16", False, "TRL turns bf16 on by default; grpo_edu trains in float32")
     if c.device == "cpu":
         put("use_cpu", True, "device='cpu'")
@@ -168,6 +171,8 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
     put("actor_rollout_ref.rollout.top_k", -1, "-1 = no top-k filter")
     put("actor_rollout_ref.rollout.top_p", 1.0)
     put("data.max_response_length", c.max_completion_length)
+    put("actor_rollout_ref.model.enable_gradient_checkpointing", c.gradient_checkpointing,
+        "verl's default is true; grpo_edu's is off (the same gradient either way)")
     put("actor_rollout_ref.model.path", model_path, "a local path or hub name; verl loads it with transformers")
     put("data.seed", c.seed)
     put("trainer.n_gpus_per_node", n_gpus)
@@ -182,6 +187,23 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
                                         "with a reward function it imports (custom_reward_function.path)"))
     overrides = [f"{k}={_verl_value(v)}" for k, v in pairs]
     return overrides, {"why": why, "unmatched": unmatched, "pairs": pairs}
+
+
+def verl_command(config=None, *, n_gpus=8, model_path="Qwen/Qwen2.5-0.5B-Instruct",
+                 train_files="$HOME/data/gsm8k/train.parquet", val_files="$HOME/data/gsm8k/test.parquet",
+                 rollout_engine="vllm", reward_file="grpo_edu/word_problems.py"):
+    """The whole verl command (a string) for ``config`` on one node of ``n_gpus`` GPUs: ``to_verl``'s
+    overrides, the data files (verl's ``examples/data_preprocess/gsm8k.py`` writes them), the rollout
+    engine, and the course's word-problem reward (``grpo_edu.word_problems.compute_score``; the path is
+    relative to the repository root, where the command runs). verl's
+    ``main_ppo`` starts a local Ray cluster itself; for several nodes, ``ray start`` on each first and
+    raise ``trainer.nnodes``."""
+    overrides, _ = to_verl(config, n_gpus=n_gpus, model_path=model_path)
+    extra = [f"data.train_files={train_files}", f"data.val_files={val_files}",
+             f"actor_rollout_ref.rollout.name={rollout_engine}",
+             f"custom_reward_function.path={reward_file}",
+             "custom_reward_function.name=compute_score", "trainer.logger=[console]"]
+    return "python3 -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(overrides + extra)
 
 
 def _verl_value(v):

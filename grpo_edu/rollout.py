@@ -185,7 +185,7 @@ def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens,
         attention_mask = None
     position_ids = None if attention_mask is None else _positions(attention_mask)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                logits_to_keep=T + 1)
+                logits_to_keep=T + 1, use_cache=False)                          # one pass: no KV cache to keep
     logits = out.logits[:, :-1, :].float()                                      # (N, T, V): predicts tokens P..P+T-1
     if temperature > 0:
         logits = logits / temperature

@@ -75,12 +75,14 @@ class GRPOTrainer:
     ``reward_weights`` weigh several reward functions (TRL's ``reward_weights``; default 1 each).
     ``callbacks`` are called with each step's metrics dict (e.g. to draw live curves);
     ``eval_callbacks`` with each held-out evaluation, ``{"step", "accuracy"}``, as soon as it is measured.
+    ``task``: an object with ``split``, ``is_correct`` and ``reward`` in place of the config's named
+    task, for prompts of your own (``grpo_edu.word_problems.WordProblems``).
     """
 
     def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
-                 reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=()):
+                 reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None):
         self.config = config = config or GRPOConfig()
-        self.task = get_task(config.task)
+        self.task = task if task is not None else get_task(config.task)   # its checker scores "accuracy"
         source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
         self.train_rows = load_prompts(source)                         # checks every row has a prompt
         self.eval_rows = self._checked_eval_rows(eval_rows)
@@ -109,6 +111,14 @@ class GRPOTrainer:
         elif tokenizer is None:
             _checks.fail("tokenizer", "a model was passed without its tokenizer", "pass tokenizer=… too")
         self.model, self.tokenizer = model.to(self.device), tokenizer
+        if config.gradient_checkpointing:                              # recompute activations in backward
+            if not getattr(model, "supports_gradient_checkpointing", False):
+                _checks.fail("gradient_checkpointing", f"{type(model).__name__} does not support it",
+                             "use a transformers model that does (most do), or set gradient_checkpointing=False")
+            if hasattr(model, "activation_checkpointing_enable"):      # transformers ≥ 5.x's name for it
+                model.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._check_prompts_fit()                                      # unreadable or too long prompts fail now
         self.model.train()
         # π_ref: a frozen copy of the starting policy, only needed for the KL term

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 
 from grpo_edu.config import GRPOConfig
-from grpo_edu.export import format_export, to_trl, to_verl
+from grpo_edu.export import format_export, to_trl, to_verl, verl_command
 
 CONFIGS = [GRPOConfig(), GRPOConfig(batch_size=4, num_generations=16, micro_batch_size=8, num_iterations=2),
            GRPOConfig(loss_type="dr_grpo", scale="none", beta=0.0, epsilon_high=0.28, lr_scheduler_type="constant"),
-           GRPOConfig(loss_type="dapo", temperature=0.7, max_completion_length=256, total_training_steps=10)]
+           GRPOConfig(loss_type="dapo", temperature=0.7, max_completion_length=256, total_training_steps=10,
+                      gradient_checkpointing=True)]
 
 
 def test_the_default_step_in_trl_terms():
@@ -82,6 +83,30 @@ def test_every_verl_key_is_in_verls_own_trainer_config():
             for part in key.split("."):
                 assert isinstance(node, dict) and part in node, f"{key} is not in verl's ppo_trainer config"
                 node = node[part]
+
+
+def test_the_whole_verl_command_uses_only_verls_keys_and_our_reward():
+    spec = importlib.util.find_spec("verl")
+    if spec is None:
+        pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
+    yaml = pytest.importorskip("yaml")
+    shipped = yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+                             .read_text())
+    from grpo_edu.word_problems import GPU_RUN, compute_score
+
+    command = verl_command(GRPOConfig(**GPU_RUN), n_gpus=4)
+    lines = command.split(" \\\n  ")
+    assert lines[0] == "python3 -m verl.trainer.main_ppo"
+    for key in (line.split("=")[0] for line in lines[1:]):
+        node = shipped
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{key} is not in verl's ppo_trainer config"
+            node = node[part]
+    reward_file = Path(__file__).parents[1] / "grpo_edu" / "word_problems.py"
+    assert f"custom_reward_function.path={reward_file.relative_to(reward_file.parents[1])}" in lines
+    # verl calls compute_score(data_source, solution_str, ground_truth): the course's reward, per answer
+    assert compute_score("openai/gsm8k", "4 × 3 = 12\n#### 12", "12") == 1.2
+    assert compute_score("openai/gsm8k", "12", "12") == 1.0 and compute_score("openai/gsm8k", "#### 13", "12") == 0.2
 
 
 def test_grpo_edu_export_prints_each_setting_and_its_reason(capsys):

@@ -37,6 +37,7 @@ def _trainer(model, tok, **overrides):
     (dict(temperature=0), "^temperature: "),
     (dict(checkpoint_every=5), "^output_dir: "),
     (dict(device="tpu"), "^device: "),
+    (dict(gradient_checkpointing="yes"), "^gradient_checkpointing: must be True or False"),
 ])
 def test_config_checked_up_front(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -145,6 +146,33 @@ def test_gradient_accumulation_matches_one_big_batch(random_model, char_tokenize
         grads[micro] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert grads[None].abs().max() > 1e-3        # a real gradient, not zeros
     torch.testing.assert_close(grads[None], grads[4], atol=1e-6, rtol=1e-4)
+
+
+def test_gradient_checkpointing_recomputes_each_layer_and_keeps_the_gradient(random_model, char_tokenizer):
+    """Checkpointing trades compute for memory: each decoder layer runs again in the backward
+    pass (twice per micro-batch instead of once), and the gradient is the one without it."""
+    grads, calls = {}, {}
+    for checkpointing in (False, True):
+        model = type(random_model)(random_model.config)
+        model.load_state_dict(random_model.state_dict())
+        t = GRPOTrainer(GRPOConfig(**{**FAST, "micro_batch_size": 8, "gradient_checkpointing": checkpointing,
+                                      "beta": 0.1, "max_grad_norm": 0.0}),
+                        model=model, tokenizer=char_tokenizer, reward_funcs=[_reward_first_digit])
+        t.optimizer.step = lambda: None
+        mlp = model.model.layers[0].mlp                # inside the checkpointed layer
+        count, forward = [], mlp.forward
+
+        def counted(*args, **kwargs):                 # (a forward hook would not see the recompute)
+            count.append(torch.is_grad_enabled())
+            return forward(*args, **kwargs)
+        mlp.forward = counted
+        t.step()
+        grads[checkpointing] = torch.cat([p.grad.flatten() for p in model.parameters()])
+        calls[checkpointing] = sum(count)                # forward calls with autograd on: update and recompute
+    micro_batches = FAST["batch_size"] * FAST["num_generations"] // 8    # the sampling runs it without grad
+    assert calls == {False: micro_batches, True: 2 * micro_batches}
+    assert grads[False].abs().max() > 1e-3
+    torch.testing.assert_close(grads[False], grads[True], atol=1e-6, rtol=1e-5)
 
 
 def test_resume_continues_exactly(tmp_path, random_model, char_tokenizer):

@@ -6,17 +6,11 @@ exercised here on a tiny random Qwen2 (the same architecture family as Qwen2.5) 
 has a chat template, on the word problems in tests/data.
 """
 
-import json
-import string
-from pathlib import Path
-
 import pytest
 
-from grpo_edu.word_problems import chat_prompts, final_number, final_number_reward, format_reward
-
-DATA = Path(__file__).parent / "data" / "word_problems.jsonl"
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+from grpo_edu.word_problems import (CPU_REHEARSAL, GPU_RUN, WordProblems, chat_prompts, final_number,
+                                    final_number_reward, format_reward, generated_tokens_per_second,
+                                    read_word_problems, tiny_chat_model, word_problem_trainer)
 
 
 @pytest.mark.parametrize("text, number", [("so she has 12 pencils.\n#### 12", "12"), ("The answer is 1,234.", "1234"),
@@ -39,35 +33,34 @@ def test_chat_prompts_need_a_template():
         chat_prompts(build_char_tokenizer(), [{"question": "1+1?", "answer": "2"}])
 
 
-def test_a_tiny_chat_model_trains_on_word_problems_with_both_rewards(tmp_path):
+def test_the_checker_compares_final_numbers():
+    task = WordProblems()
+    assert task.is_correct("3 + 4 = 7\n#### 7", "#### 7") and task.is_correct("so 1,200 in all", "1200")
+    assert not task.is_correct("#### 8", "7") and not task.is_correct("no idea", "7")
+    assert task.split("heldout", 5) == []
+
+
+def test_the_gpu_sections_code_path_runs_on_a_tiny_chat_model(tmp_path):
+    """Lesson 10's GPU section, at CPU size: the same function, a tiny Qwen2 with a chat template."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_edu.config import GRPOConfig
-    from grpo_edu.tokenizer import build_char_tokenizer, save_char_tokenizer
-    from grpo_edu.trainer import GRPOTrainer
-
-    tok = build_char_tokenizer("".join(c for c in string.printable if c not in "\t\r\x0b\x0c"))
-    tok.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                                         max_position_embeddings=512, tie_word_embeddings=True,
-                                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                                         pad_token_id=tok.pad_token_id))
-    model.save_pretrained(tmp_path / "model")
-    save_char_tokenizer(tok, tmp_path / "model")
-
-    rows = chat_prompts(tok, [json.loads(line) for line in DATA.read_text().splitlines()])
-    assert rows[0]["prompt"].startswith("<|system|>\nSolve the problem.") and rows[0]["prompt"].endswith("<|assistant|>\n")
-    dataset = tmp_path / "train.jsonl"
-    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-    config = GRPOConfig(model=str(tmp_path / "model"), dataset=str(dataset), batch_size=2, num_generations=4,
-                        max_completion_length=24, micro_batch_size=4, total_training_steps=2, eval_size=0)
-    trainer = GRPOTrainer(config, reward_funcs=[final_number_reward, format_reward], reward_weights=[1.0, 0.2])
+    folder = tiny_chat_model(tmp_path / "model")
+    questions = read_word_problems()
+    assert len(questions) == 8
+    trainer = word_problem_trainer(folder, questions[:6], eval_questions=questions[6:], device="cpu",
+                                   **CPU_REHEARSAL)
+    assert type(trainer.model).__name__ == "Qwen2ForCausalLM" and trainer.config.trust_remote_code is False
+    prompt = trainer.train_rows[0]["prompt"]
+    assert prompt.startswith("<|system|>\nSolve the problem.") and prompt.endswith("<|assistant|>\n")
+    assert trainer.config.gradient_checkpointing and trainer.config.micro_batch_size == 4
     history = trainer.train(progress=False)
-    assert len(history) == 2 and trainer.config.trust_remote_code is False
+    assert len(history) == 2 and [e["step"] for e in trainer.evals] == [0, 2]
     for m in history:
         assert {"reward/final_number_reward", "reward/format_reward"} <= set(m)
         assert torch.isfinite(torch.tensor(m["loss"])) and 0 < m["completion_length"] <= 24
+    assert generated_tokens_per_second(trainer) > 0
+    # the GPU settings are the same code path with bigger numbers, and a valid config
+    from grpo_edu.config import GRPOConfig
+
+    GRPOConfig(**GPU_RUN)
+    assert set(CPU_REHEARSAL) <= set(GPU_RUN)
