@@ -144,6 +144,11 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
     put("actor_rollout_ref.actor.ppo_mini_batch_size", c.batch_size,
         "in prompts too: one mini-batch per step means one optimizer update per epoch, as in grpo_edu")
     put("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", per_gpu, "completions per forward/backward on one GPU")
+    put("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", per_gpu,
+        "completions per forward when recomputing log π_θold; verl refuses to start without it")
+    if c.beta > 0:
+        put("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", per_gpu,
+            "the same for the reference model's forward (needed when the KL loss is on)")
     put("actor_rollout_ref.actor.ppo_epochs", c.num_iterations, "verl's name for μ (num_iterations)")
     put("actor_rollout_ref.actor.use_kl_loss", c.beta > 0)
     put("actor_rollout_ref.actor.kl_loss_coef", c.beta, "β (verl's default is 0.001)")

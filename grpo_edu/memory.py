@@ -13,6 +13,11 @@ ZeRO (DeepSpeed) or FSDP shards across ``n_gpus``: stage 1 the optimizer, stage 
 gradients, stage 3 also the weights (the reference model too). Activations are left out: they
 depend on micro-batch size and gradient checkpointing, and are what those two knobs trade.
 The numbers are a floor to plan with, not a promise; frameworks add buffers and fragmentation.
+They assume bf16 mixed precision as DeepSpeed does it (bf16 weights and gradients, fp32 master
+weights and moments). Two things to add for TRL: it loads models in float32 unless told
+otherwise (``model_init_kwargs={"dtype": "bfloat16"}``), which doubles the weights and the
+reference model; and under ZeRO-3 it gathers the full weights on every GPU to generate
+(``ds3_gather_for_generation``), one more whole bf16 copy at that moment.
 """
 
 from dataclasses import dataclass

@@ -652,3 +652,25 @@ def mix_bar(composition, ax=None):
     ax.set_xlabel("completions trained on in one step")
     ax.legend(fontsize=8, loc="lower right", ncols=2)
     return fig
+
+
+def memory_bars(rows, ax=None):
+    """GPU memory per GPU as stacked bars, one per row of ``grpo_edu.memory.memory_table()``: each
+    part (weights, gradients, optimizer, reference model, KV cache) a colour, the total at the end."""
+    rows = list(rows)
+    parts = [k for k in rows[0] if k not in ("model", "GPUs", "ZeRO stage", "total GiB per GPU")]
+    fig, ax = _axes(ax, (9.0, 0.55 * len(rows) + 1.6))
+    labels = [f"{r['model']}, {r['GPUs']} GPU{'s' if r['GPUs'] > 1 else ''}, ZeRO {r['ZeRO stage']}" for r in rows]
+    y = np.arange(len(rows))[::-1]                                   # the first row on top
+    left = np.zeros(len(rows))
+    for part, color in zip(parts, (BLUE, "#56B4E9", ORANGE, GREEN, RED, GREY)):
+        widths = np.array([r[part] for r in rows], dtype=float)
+        ax.barh(y, widths, left=left, color=color, label=part)
+        left += widths
+    for yi, total in zip(y, left):
+        ax.text(total, yi, f" {total:.1f} GiB", va="center", fontsize=8)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlim(0, left.max() * 1.15)
+    ax.set_xlabel("GiB per GPU (activations not included)")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig

@@ -81,9 +81,11 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}
 """A minimal chat template (system, user, assistant turns) for the tiny rehearsal model."""
 
 GPU_RUN = dict(batch_size=8, num_generations=8, max_completion_length=256, micro_batch_size=16,
-               gradient_checkpointing=True, learning_rate=1e-6, beta=0.04, total_training_steps=100)
+               gradient_checkpointing=True, learning_rate=1e-6, lr_scheduler_type="constant", beta=0.04,
+               total_training_steps=100)
 """The GPU section's settings for a 0.5B chat model: 64 answers of up to 256 tokens per step, in
-micro-batches of 16 with gradient checkpointing (the memory knobs), a learning rate for a 0.5B model."""
+micro-batches of 16 with gradient checkpointing (the memory knobs), a learning rate for a 0.5B model,
+held constant (verl has no linear decay, so its command matches this run exactly)."""
 
 CPU_REHEARSAL = dict(batch_size=2, num_generations=4, max_completion_length=24, micro_batch_size=4,
                      gradient_checkpointing=True, total_training_steps=2)

@@ -85,6 +85,16 @@ def test_every_verl_key_is_in_verls_own_trainer_config():
                 node = node[part]
 
 
+@pytest.mark.parametrize("config", CONFIGS)
+def test_verl_gets_the_log_prob_micro_batches_its_validate_config_demands(config):
+    # verl's main_ppo stops at start-up unless the rollout (and, with the KL loss, the reference
+    # model) has a log-prob micro-batch size (verl/utils/config.py, check_mutually_exclusive)
+    pairs = dict(to_verl(config, n_gpus=2)[1]["pairs"])
+    per_gpu = pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
+    assert pairs["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == per_gpu
+    assert pairs.get("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu") == (per_gpu if config.beta > 0 else None)
+
+
 def test_the_whole_verl_command_uses_only_verls_keys_and_our_reward():
     spec = importlib.util.find_spec("verl")
     if spec is None:

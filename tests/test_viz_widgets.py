@@ -401,3 +401,22 @@ def test_runs_panel_highlights_the_chosen_run():
     p.controls["run"].value = "a"
     assert p.outputs[1].rows[1]["value"] == 0.7
     assert [line.get_linewidth() for line in p.outputs[0].axes[0].get_lines()] == [1.8, 0.9]
+
+
+def test_memory_bars_stack_every_part_to_the_tables_total():
+    from grpo_edu.memory import memory_table
+
+    rows = memory_table()
+    fig = viz.memory_bars(rows)
+    ax = fig.axes[0]
+    parts = [k for k in rows[0] if k not in ("model", "GPUs", "ZeRO stage", "total GiB per GPU")]
+    assert len(ax.patches) == len(rows) * len(parts) == 20
+    ends = {}
+    for patch in ax.patches:                       # each bar ends where the next part starts
+        y = round(patch.get_y(), 6)
+        ends[y] = max(ends.get(y, 0.0), patch.get_x() + patch.get_width())
+    totals = sorted(r["total GiB per GPU"] for r in rows)
+    assert sorted(ends.values()) == pytest.approx(totals, abs=0.06)   # the table rounds each part to 0.01
+    labels = {t.get_position()[1]: t.get_text() for t in ax.get_yticklabels()}
+    assert labels[max(labels)] == "Qwen2.5-0.5B, 1 GPU, ZeRO 0"        # the table's first row on top
+    assert labels[min(labels)] == "Qwen2.5-7B, 8 GPUs, ZeRO 3"
