@@ -147,7 +147,12 @@ class GRPOTrainer:
 
     def _checked_eval_rows(self, eval_rows):
         if eval_rows is None:
-            return self.task.split("heldout", self.config.eval_size or None)
+            rows = self.task.split("heldout", self.config.eval_size or None)
+            if self.config.eval_size and not rows:
+                _checks.fail("eval_rows", f"the task {getattr(self.task, 'name', '')!r} has no held-out prompts of its "
+                                          f"own, but eval_size is {self.config.eval_size}",
+                             "pass eval_rows=[{'prompt': …, 'answer': …}, …], or set eval_size=0")
+            return rows
         rows = load_prompts(eval_rows)
         if self.config.eval_size and any("answer" not in r for r in rows):
             _checks.fail("eval_rows", "some rows have no 'answer', so they cannot be scored",

@@ -40,6 +40,16 @@ def test_the_checker_compares_final_numbers():
     assert task.split("heldout", 5) == []
 
 
+def test_a_task_without_held_out_prompts_needs_eval_rows_or_no_eval(tmp_path):
+    from grpo_edu.config import GRPOConfig
+    from grpo_edu.trainer import GRPOTrainer
+
+    rows = [{"prompt": "1+1=", "answer": "2"}] * 4
+    with pytest.raises(ValueError, match="^eval_rows: the task 'word_problems' has no held-out prompts of its own, "
+                                         "but eval_size is 500"):
+        GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2), train_rows=rows, task=WordProblems())
+
+
 def test_the_gpu_sections_code_path_runs_on_a_tiny_chat_model(tmp_path):
     """Lesson 10's GPU section, at CPU size: the same function, a tiny Qwen2 with a chat template."""
     import torch
