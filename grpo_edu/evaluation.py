@@ -91,3 +91,13 @@ def evaluate(model, tokenizer, rows, task, *, temperature=1.0, num_samples=1, ma
         samples.append((row["prompt"], text, row["answer"], task.is_correct(text, row["answer"])))
     accuracy = sum(s[3] for s in samples) / max(len(samples), 1)
     return {"accuracy": accuracy, "samples": samples}
+
+
+def evaluate_run(model, tokenizer, rows, task, config, **sampling):
+    """Held-out accuracy as a GRPO run measures it: :func:`evaluate` with the run's
+    ``max_completion_length`` and ``seed`` (sampling at temperature 1 unless ``sampling`` says
+    otherwise). ``GRPOTrainer.evaluate`` and ``graduation.run_trl`` both call this, so grpo_edu and
+    TRL are scored by one ruler."""
+    sampling.setdefault("max_new_tokens", config.max_completion_length)
+    sampling.setdefault("seed", config.seed)
+    return evaluate(model, tokenizer, rows, task, **sampling)

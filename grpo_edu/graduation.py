@@ -32,16 +32,22 @@ from grpo_edu.tasks import get_task
 
 
 def heldout_evaluator(config, model, tokenizer):
-    """A function of no arguments giving the held-out accuracy of ``model`` exactly as
-    ``grpo_edu.GRPOTrainer.evaluate`` measures it: the task's first ``eval_size`` held-out prompts,
-    one sample each at temperature 1, seeded with ``config.seed``. So both engines are scored by the
-    same ruler on the same prompts."""
-    from grpo_edu.evaluation import evaluate
+    """A function of no arguments giving the held-out accuracy of ``model`` exactly as grpo_edu's
+    trainer measures it (``evaluation.evaluate_run`` on the task's first ``eval_size`` held-out
+    prompts), so both engines are scored by the same ruler on the same prompts."""
+    from grpo_edu.evaluation import evaluate_run
 
     task = get_task(config.task)
     rows = task.split("heldout", config.eval_size)
-    return lambda: evaluate(model, tokenizer, rows, task, max_new_tokens=config.max_completion_length,
-                            seed=config.seed)["accuracy"]
+
+    def score():
+        was_training = model.training
+        model.eval()
+        try:
+            return evaluate_run(model, tokenizer, rows, task, config)["accuracy"]
+        finally:
+            model.train(was_training)
+    return score
 
 
 def run_trl(config=None, *, num_processes=None):
@@ -64,24 +70,16 @@ def run_trl(config=None, *, num_processes=None):
 
     evals = []
 
-    class HeldOut(transformers.TrainerCallback):               # the same ruler as grpo_edu's trainer
-        def __init__(self):
-            self.score = None
+    class HeldOut(transformers.TrainerCallback):               # before training, every eval_every, at the end
+        def __init__(self, score):
+            self.score = score
 
-        def record(self, step, model):
-            if self.score is None:
-                self.score = heldout_evaluator(c, model, trainer.processing_class)
-            was_training = model.training
-            model.eval()
-            evals.append({"step": step, "accuracy": self.score()})
-            model.train(was_training)
+        def on_train_begin(self, args, state, control, **kwargs):
+            evals.append({"step": 0, "accuracy": self.score()})
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self.record(0, model)
-
-        def on_step_end(self, args, state, control, model=None, **kwargs):
+        def on_step_end(self, args, state, control, **kwargs):
             if (c.eval_every and state.global_step % c.eval_every == 0) or state.global_step == state.max_steps:
-                self.record(state.global_step, model)
+                evals.append({"step": state.global_step, "accuracy": self.score()})
 
     kwargs, _ = to_trl(c, num_processes=processes)
     with tempfile.TemporaryDirectory() as out, warnings.catch_warnings():
@@ -90,9 +88,10 @@ def run_trl(config=None, *, num_processes=None):
         args = trl.GRPOConfig(output_dir=out, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,
                               dataloader_num_workers=0, **{**kwargs, "use_cpu": pick_device(c.device).type == "cpu"})
         trainer = trl.GRPOTrainer(model=str(bundled_model_dir()), reward_funcs=[reward], args=args,
-                                  train_dataset=datasets.Dataset.from_list(task.split("train")),
-                                  callbacks=[HeldOut()] if c.eval_size else None)
+                                  train_dataset=datasets.Dataset.from_list(task.split("train")))
         trainer.remove_callback(transformers.PrinterCallback)   # TRL's per-step dicts stay in log_history
+        if c.eval_size:                                         # the unwrapped model: its weights are trained
+            trainer.add_callback(HeldOut(heldout_evaluator(c, trainer.model, trainer.processing_class)))
         trainer.train()
         info = {"world_size": trainer.accelerator.num_processes,
                 "per_device_train_batch_size": trainer.args.per_device_train_batch_size,

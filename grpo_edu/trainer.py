@@ -56,7 +56,7 @@ from grpo_edu import checkpoint as ckpt
 from grpo_edu import run_folder
 from grpo_edu.advantages import group_advantages, zero_std_groups
 from grpo_edu.config import GRPOConfig
-from grpo_edu.evaluation import evaluate
+from grpo_edu.evaluation import evaluate_run
 from grpo_edu.losses import grpo_loss
 from grpo_edu.models import load_model_and_tokenizer, pick_device
 from grpo_edu.replay import ReplayBuffer, ReplaySample
@@ -364,11 +364,10 @@ class GRPOTrainer:
 
     # --- the whole run -------------------------------------------------------------------
     def evaluate(self, rows=None, **kwargs):
-        """Held-out accuracy (sampling at temperature 1 unless told otherwise)."""
-        kwargs.setdefault("max_new_tokens", self.config.max_completion_length)
-        kwargs.setdefault("seed", self.config.seed)
+        """Held-out accuracy (sampling at temperature 1 unless told otherwise; ``evaluation.evaluate_run``)."""
         with self._autocast():
-            return evaluate(self.model, self.tokenizer, self.eval_rows if rows is None else rows, self.task, **kwargs)
+            return evaluate_run(self.model, self.tokenizer, self.eval_rows if rows is None else rows, self.task,
+                                self.config, **kwargs)
 
     def _record_eval(self):
         if self.config.eval_size and self.eval_rows:

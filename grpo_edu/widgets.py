@@ -110,9 +110,9 @@ def schedule_panel(dataset_size=2000, batch_size=4, num_generations=8, total_epo
 
     def follow(change):
         # runs before the panel redraws (registered first): keep micro_batch_size a divisor of B × G
-        n = controls["batch_size"].value * controls["num_generations"].value
-        keep = max(d for d in micro_batch_sizes(n) if d <= micro.value)
-        micro.options = micro_batch_sizes(n)  # a valid schedule at every moment: options first, then value
+        options = micro_batch_sizes(controls["batch_size"].value * controls["num_generations"].value)
+        keep = max(d for d in options if d <= micro.value)
+        micro.options = options               # a valid schedule at every moment: options first, then value
         micro.value = keep
 
     controls["batch_size"].observe(follow, names="value")

@@ -13,7 +13,9 @@ parts, the DeepSeek-R1 recipe in miniature:
 expects. All of this runs on the CPU in the tests, on a tiny model of the same kind.
 """
 
+import json
 import re
+from pathlib import Path
 
 SYSTEM_PROMPT = "Solve the problem. Think step by step, then give the final answer on its own line as #### <number>."
 """The instruction the format reward checks against."""
@@ -71,8 +73,6 @@ def chat_prompts(tokenizer, rows, *, system=SYSTEM_PROMPT):
 
 
 # --- the GPU section's run, and its CPU rehearsal --------------------------------------------
-from pathlib import Path  # noqa: E402
-
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "word_problems.jsonl"
 """Eight word problems written for the course: the CPU rehearsal trains on them (GSM8K needs internet)."""
 
@@ -112,8 +112,6 @@ class WordProblems:
 
 def read_word_problems(path=SAMPLE):
     """Rows {"question", "answer"} from a JSON-lines file."""
-    import json
-
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

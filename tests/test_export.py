@@ -70,19 +70,28 @@ def test_verl_counts_prompts_and_turns_off_its_extras():
     assert "# not matched exactly:" in text and "verl counts prompts" in text
 
 
-def test_every_verl_key_is_in_verls_own_trainer_config():
+def _verl_trainer_config():
+    """verl's shipped default trainer config, read from the installed package's YAML."""
     spec = importlib.util.find_spec("verl")          # finds the package without importing it (no torch/ray needed)
     if spec is None:
         pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
     yaml = pytest.importorskip("yaml")
-    shipped = yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
-                             .read_text())
+    return yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
+                          .read_text())
+
+
+def _assert_verl_has(shipped, key):
+    node = shipped
+    for part in key.split("."):
+        assert isinstance(node, dict) and part in node, f"{key} is not in verl's ppo_trainer config"
+        node = node[part]
+
+
+def test_every_verl_key_is_in_verls_own_trainer_config():
+    shipped = _verl_trainer_config()
     for c in CONFIGS:
         for key, _ in to_verl(c)[1]["pairs"]:
-            node = shipped
-            for part in key.split("."):
-                assert isinstance(node, dict) and part in node, f"{key} is not in verl's ppo_trainer config"
-                node = node[part]
+            _assert_verl_has(shipped, key)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -96,22 +105,14 @@ def test_verl_gets_the_log_prob_micro_batches_its_validate_config_demands(config
 
 
 def test_the_whole_verl_command_uses_only_verls_keys_and_our_reward():
-    spec = importlib.util.find_spec("verl")
-    if spec is None:
-        pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
-    yaml = pytest.importorskip("yaml")
-    shipped = yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
-                             .read_text())
+    shipped = _verl_trainer_config()
     from grpo_edu.word_problems import GPU_RUN, compute_score
 
     command = verl_command(GRPOConfig(**GPU_RUN), n_gpus=4)
     lines = command.split(" \\\n  ")
     assert lines[0] == "python3 -m verl.trainer.main_ppo"
     for key in (line.split("=")[0] for line in lines[1:]):
-        node = shipped
-        for part in key.split("."):
-            assert isinstance(node, dict) and part in node, f"{key} is not in verl's ppo_trainer config"
-            node = node[part]
+        _assert_verl_has(shipped, key)
     reward_file = Path(__file__).parents[1] / "grpo_edu" / "word_problems.py"
     assert f"custom_reward_function.path={reward_file.relative_to(reward_file.parents[1])}" in lines
     # verl calls compute_score(data_source, solution_str, ground_truth): the course's reward, per answer
