@@ -1,67 +1,94 @@
 """grpo_edu: learn GRPO (Group Relative Policy Optimization) on a tested implementation.
 
 Importing the package is cheap: torch, transformers and matplotlib load only when a
-function that needs them is first used, so the early lessons start at once.
+function that needs them is first used, so the early lessons start at once. The names a
+lesson uses import from here (``from grpo_edu import group_advantages, GRPOTrainer``); each
+lives in one module, named after its concept, in the layer below.
 
-Where each concept lives (one module per concept, named after it):
+The layers, bottom to top. A layer imports only those below it (``tests/test_layers.py``
+checks every import in the source):
 
-==================  =========================================================
-``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic; the lr schedule
-``policy_gradient`` the log-derivative trick, baselines, importance sampling (toy demos)
-``advantages``      group-relative advantages Â_i = (R_i − μ)/(σ + eps)
-``kl``              per-token KL estimators k1, k2, k3 against π_ref
-``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
-``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
-``notation``        the symbol → code-name table used everywhere
-``tasks``           verifiable tasks (addition, …) and prompt-file loading
-``rollout``         sampling G completions per prompt, with per-token log-probs
-``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
-``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
-``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
-``diagnose``        findings from a run's metrics (ours or TRL's): symptom, evidence, fixes
-``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
-``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
-``export``          a config carried to TRL (GRPOConfig kwargs) and verl (overrides), traps named
-``graduation``      the course's run in TRL with the exported settings (one or more processes)
-``word_problems``   chat-template prompts and final-number/format rewards (the GPU section)
-``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
-``config``          GRPOConfig: every knob of a run, checked up front
-``trainer``         GRPOTrainer: the loop of the algorithm box
-``evaluation``      held-out accuracy of a model
-``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
-``run_folder``      one run per output folder: a lock, and no mixing with another run
-``models``          loading the bundled model, a local folder, a run's folder or a hub name
-``make_model``      building the bundled tiny model
-``bench``/``cli``   ``grpo-edu bench`` and the ``grpo-edu`` command
-``exercises``       self-check exercises for the lessons
-``claims``          a lesson's claims about a run, checked with measured margins
-``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
-``progress``        progress bars that leave a final text (not "0%") in saved notebooks
-``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
-==================  =========================================================
+``core/`` — the GRPO math a learner must read (lessons 01–04b), pure functions
+    ``notation``        the symbol → code-name table used everywhere
+    ``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic; the lr schedule
+    ``policy_gradient`` the log-derivative trick, baselines, importance sampling (toy demos)
+    ``advantages``      group-relative advantages Â_i = (R_i − μ)/(σ + eps)
+    ``kl``              per-token KL estimators k1, k2, k3 against π_ref
+    ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
+    ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
+
+``training/`` — the training loop and what it needs (lessons 05–08)
+    ``config``          GRPOConfig: every knob of a run, checked up front
+    ``tasks``           verifiable tasks (addition, …) and prompt-file loading
+    ``tokenizer``       the bundled models' character tokenizer
+    ``rollout``         sampling G completions per prompt, with per-token log-probs
+    ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
+    ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
+    ``trainer``         GRPOTrainer: the loop of the algorithm box
+    ``evaluation``      held-out accuracy of a model
+    ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
+    ``run_folder``      one run per output folder: a lock, and no mixing with another run
+    ``models``          loading the bundled model, a local folder, a run's folder or a hub name
+    ``make_model``      building the bundled tiny models
+
+``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
+    ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names
+    ``symptoms``        the rules: one symptom each, with its threshold
+    ``diagnose``        findings from a run's metrics: symptom, evidence, causes, fixes
+    ``export``          a config carried to TRL (GRPOConfig kwargs) and verl (overrides), traps named
+    ``graduation``      the course's run in TRL with the exported settings (one or more processes)
+    ``word_problems``   chat-template prompts and final-number/format rewards (the GPU section)
+    ``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
+    ``bench``           ``grpo-edu bench``: a step's time against the bare floor and TRL
+    ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
+
+``course/`` — the course's own machinery: what the lessons show and check
+    ``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
+    ``exercises``       check an exercise, reveal a prediction (``exercise_bank`` holds them all)
+    ``claims``          a lesson's claims about a run, checked with measured margins
+    ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
+    ``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
+    ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
+    ``screenshots``     the README's pictures
+
+``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
+that leave a final text in saved notebooks (``progress``), and the display pieces every layer
+may show: tables, notes, the course's colours (``display``).
+
+``cli`` (over everything) — the ``grpo-edu`` command.
 """
 
 from importlib import import_module
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it (resolved lazily, PEP 562)
+# public name -> the module that defines it (resolved lazily, PEP 562)
 _EXPORTS = {
-    "GRPOConfig": "config",
-    "GRPOTrainer": "trainer",
-    "TrainingSchedule": "schedule",
-    "ReplayBuffer": "replay",
-    "ReplaySample": "replay",
-    "check_claim": "claims",
-    "group_advantages": "advantages",
-    "group_stats": "advantages",
-    "rank_advantages": "advantages",
-    "zero_std_groups": "advantages",
-    "dead_group_probability": "advantages",
-    "kl_estimate": "kl",
-    "grpo_loss": "losses",
-    "NOTATION": "notation",
-    "check": "exercises",
+    **dict.fromkeys(["NOTATION", "notation_table"], "core.notation"),
+    **dict.fromkeys(["TrainingSchedule"], "core.schedule"),
+    **dict.fromkeys(["advantage_distribution"], "core.policy_gradient"),
+    **dict.fromkeys(["group_advantages", "group_stats", "rank_advantages", "zero_std_groups",
+                     "dead_group_probability"], "core.advantages"),
+    **dict.fromkeys(["kl_estimate"], "core.kl"),
+    **dict.fromkeys(["grpo_loss"], "core.losses"),
+    **dict.fromkeys(["GRPOConfig"], "training.config"),
+    **dict.fromkeys(["get_task", "load_prompts"], "training.tasks"),
+    **dict.fromkeys(["generate", "completion_logprobs"], "training.rollout"),
+    **dict.fromkeys(["compute_rewards", "correctness", "format_reward", "brevity_reward", "digit_credit",
+                     "combine"], "training.rewards"),
+    **dict.fromkeys(["ReplayBuffer", "ReplaySample", "replay_count"], "training.replay"),
+    **dict.fromkeys(["GRPOTrainer"], "training.trainer"),
+    **dict.fromkeys(["evaluate"], "training.evaluation"),
+    **dict.fromkeys(["ASSETS", "load_model_and_tokenizer", "two_task_model_dir"], "training.models"),
+    **dict.fromkeys(["build_tiny_model"], "training.make_model"),
+    **dict.fromkeys(["load_run"], "beyond.run_log"),
+    **dict.fromkeys(["diagnose", "coverage", "format_findings", "plot_evidence"], "beyond.diagnose"),
+    **dict.fromkeys(["to_trl", "to_verl", "format_export", "verl_command"], "beyond.export"),
+    **dict.fromkeys(["run_trl", "run_trl_processes", "launch_command"], "beyond.graduation"),
+    **dict.fromkeys(["memory_table"], "beyond.memory"),
+    **dict.fromkeys(["check", "reveal", "show"], "course.exercises"),
+    **dict.fromkeys(["CLINIC_MENU"], "course.exercise_bank"),
+    **dict.fromkeys(["check_claim"], "course.claims"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

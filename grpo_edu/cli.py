@@ -5,7 +5,7 @@ with a progress bar, the held-out accuracy before training (printed as soon as i
 measured) and after, and the trained model saved (by default into ``runs/<timestamp>/``)
 for ``grpo-edu eval --model DIR`` to score. Every GRPOConfig field is a flag
 (``--batch-size 16``, ``--beta 0``, …); ``grpo-edu train --help`` gives each one's meaning,
-read from its docstring in ``grpo_edu/config.py``.
+read from its docstring in ``grpo_edu/training/config.py``.
 """
 
 import argparse
@@ -21,7 +21,7 @@ import typing
 import warnings
 from pathlib import Path
 
-from grpo_edu.config import CHOICES, GRPOConfig
+from grpo_edu.training.config import CHOICES, GRPOConfig
 
 NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 """A negative number given as a flag's value, e.g. ``--learning-rate -1e-4``."""
@@ -34,7 +34,7 @@ def field_docs():
     Dataclass field docstrings are plain string statements, which Python does not keep at
     run time, so the source is the only place to read them.
     """
-    from grpo_edu import config
+    from grpo_edu.training import config
 
     try:
         tree = ast.parse(inspect.getsource(config))
@@ -78,14 +78,14 @@ def _none_or(kind):
 
 def _choices(name):
     if name == "task":
-        from grpo_edu.tasks import TASKS
+        from grpo_edu.training.tasks import TASKS
 
         return tuple(TASKS)
     return CHOICES.get(name)
 
 
 def _add_config_flags(parser):
-    group = parser.add_argument_group("GRPOConfig fields (grpo_edu/config.py has each one's full docstring)")
+    group = parser.add_argument_group("GRPOConfig fields (grpo_edu/training/config.py has each one's full docstring)")
     docs = field_docs()
     for field in dataclasses.fields(GRPOConfig):
         kind = _field_type(field)
@@ -109,7 +109,7 @@ def _config_from(args):
 
 # --- export --------------------------------------------------------------------------------
 def cmd_export(args):
-    from grpo_edu.export import format_export, to_trl, to_verl
+    from grpo_edu.beyond.export import format_export, to_trl, to_verl
 
     config = _config_from(args)
     result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
@@ -154,7 +154,7 @@ class MetricsFile:
 
 
 def _fail(arg, problem, fix):
-    from grpo_edu import _checks
+    from grpo_edu.common import _checks
 
     _checks.fail(arg, problem, fix)
 
@@ -162,7 +162,7 @@ def _fail(arg, problem, fix):
 def cmd_train(args):
     from tqdm.auto import tqdm
 
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.trainer import GRPOTrainer
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -174,7 +174,7 @@ def cmd_train(args):
         args.output_dir = default_run_dir()
     config = _config_from(args)                    # every field checked before any model loads
     if config.output_dir and not (args.resume or args.overwrite):
-        from grpo_edu import run_folder
+        from grpo_edu.training import run_folder
 
         run_folder.check_output_dir(config.output_dir)
         run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
@@ -215,9 +215,9 @@ def cmd_train(args):
 
 # --- eval ----------------------------------------------------------------------------------
 def cmd_eval(args):
-    from grpo_edu.evaluation import evaluate
-    from grpo_edu.models import load_model_and_tokenizer, locate_model
-    from grpo_edu.tasks import get_task
+    from grpo_edu.training.evaluation import evaluate
+    from grpo_edu.training.models import load_model_and_tokenizer, locate_model
+    from grpo_edu.training.tasks import get_task
 
     task = get_task(args.task)
     rows = task.split(args.split, args.n)
@@ -236,7 +236,7 @@ def cmd_eval(args):
 
 # --- replay --------------------------------------------------------------------------------
 def cmd_replay(args):
-    from grpo_edu.replay import describe_file
+    from grpo_edu.training.replay import describe_file
 
     print(describe_file(args.path, show=args.show))
     return 0
@@ -244,7 +244,7 @@ def cmd_replay(args):
 
 # --- diagnose ------------------------------------------------------------------------------
 def cmd_diagnose(args):
-    from grpo_edu.diagnose import coverage, diagnose, format_findings, plot_evidence
+    from grpo_edu.beyond.diagnose import coverage, diagnose, format_findings, plot_evidence
 
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         _fail("--plot", f"the folder of {args.plot} does not exist", "create it, or write the plot elsewhere")
@@ -260,7 +260,7 @@ def cmd_diagnose(args):
 
 # --- the parser ----------------------------------------------------------------------------
 def build_parser():
-    from grpo_edu.tasks import TASKS
+    from grpo_edu.training.tasks import TASKS
 
     parser = argparse.ArgumentParser(prog="grpo-edu", description="Learn GRPO on a laptop CPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -360,7 +360,7 @@ def join_negative_values(argv, value_flags):
     return out
 
 
-PASS_THROUGH = {"make-model": "grpo_edu.make_model", "bench": "grpo_edu.bench"}
+PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench"}
 """Subcommands whose flags belong to their own module's parser."""
 
 

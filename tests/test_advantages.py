@@ -8,8 +8,13 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from grpo_edu.advantages import (dead_group_probability, group_advantages, group_stats,
-                                 rank_advantages, zero_std_groups)
+from grpo_edu.core.advantages import (
+    dead_group_probability,
+    group_advantages,
+    group_stats,
+    rank_advantages,
+    zero_std_groups,
+)
 
 
 def test_hand_computed_default():

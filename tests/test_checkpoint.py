@@ -16,10 +16,9 @@ import sys
 
 import pytest
 
-from grpo_edu import checkpoint as ckpt
-from grpo_edu import run_folder
-from grpo_edu.config import GRPOConfig
-from grpo_edu.trainer import GRPOTrainer
+from grpo_edu.training import checkpoint as ckpt, run_folder
+from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainer import GRPOTrainer
 
 FAST = dict(batch_size=4, num_generations=4, eval_size=0, max_completion_length=4, learning_rate=1e-2)
 
@@ -118,7 +117,7 @@ def test_a_lock_from_another_machine_is_never_taken_over(tmp_path, make):
 def test_two_real_processes_cannot_share_a_folder(tmp_path):
     """Run the lock code in another interpreter that holds it; then kill that process."""
     out = tmp_path / "run"
-    code = ("import sys; from grpo_edu import run_folder; run_folder.acquire_lock(sys.argv[1]); "
+    code = ("import sys; from grpo_edu.training import run_folder; run_folder.acquire_lock(sys.argv[1]); "
             "print('locked', flush=True); sys.stdin.read()")
     other = subprocess.Popen([sys.executable, "-c", code, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)

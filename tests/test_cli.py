@@ -9,7 +9,7 @@ import pytest
 
 from grpo_edu import cli
 from grpo_edu.cli import main
-from grpo_edu.config import CHOICES, GRPOConfig
+from grpo_edu.training.config import CHOICES, GRPOConfig
 
 TINY = ["--total-training-steps", "2", "--batch-size", "4", "--eval-size", "5", "--no-progress"]
 
@@ -70,7 +70,7 @@ def test_a_failed_resume_leaves_the_metrics_file_alone(tmp_path, capsys):
 
 
 def test_accuracy_before_training_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.trainer import GRPOTrainer
 
     def no_steps(self):
         raise ValueError("stopped before the first step")
@@ -152,7 +152,7 @@ def test_join_negative_values():
 
 
 def test_bench_prints_its_numbers(capsys, monkeypatch):
-    from grpo_edu import bench
+    from grpo_edu.beyond import bench
 
     # the floor runs in its own process, as every child does (the machinery under test); the
     # trainer's child runs in this one, which saves an interpreter start of the suite's budget
@@ -165,7 +165,7 @@ def test_bench_prints_its_numbers(capsys, monkeypatch):
 
 
 def test_bench_replay_prints_buffer_and_step_numbers(capsys, monkeypatch):
-    from grpo_edu import bench
+    from grpo_edu.beyond import bench
 
     # the children run in this process: the test above already proves the subprocess machinery,
     # and three more interpreters would cost half a minute of the suite's budget

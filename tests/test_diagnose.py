@@ -1,4 +1,4 @@
-"""grpo_edu.diagnose: each rule on a synthetic history that shows it, real runs (healthy and sick),
+"""grpo_edu.beyond.diagnose: each rule on a synthetic history that shows it, real runs (healthy and sick),
 TRL's trainer_state.json, and the errors for bad input."""
 
 import json
@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from grpo_edu.config import GRPOConfig
-from grpo_edu.diagnose import (MIN_STEPS, RULES, TRL_NAMES, Finding, coverage, diagnose, format_findings, load_run,
-                               plot_evidence)
+from grpo_edu.beyond.diagnose import coverage, diagnose, format_findings, plot_evidence
+from grpo_edu.beyond.run_log import MIN_STEPS, TRL_NAMES, load_run
+from grpo_edu.beyond.symptoms import RULES, Finding
+from grpo_edu.training.config import GRPOConfig
 
 
 # --- synthetic histories -------------------------------------------------------------------
@@ -328,7 +329,7 @@ def test_histories_without_what_the_rules_need_are_refused():
 
 # --- real runs on the bundled model ----------------------------------------------------------
 def real_run(**config):
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.trainer import GRPOTrainer
 
     funcs = config.pop("reward_funcs", None)
     trainer = GRPOTrainer(GRPOConfig(eval_size=0, **config), reward_funcs=funcs)
@@ -375,21 +376,21 @@ def test_subtraction_on_the_addition_model_is_never_paid():
     assert first(findings) == "reward_always_zero", format_findings(findings)
 
 
-# --- the bundled TRL runs (assets/trl-runs, made by python -m grpo_edu.trl_example) ---------------
+# --- the bundled TRL runs (assets/trl-runs, made by python -m grpo_edu.beyond.trl_example) ---------------
 def test_the_bundled_trl_runs_read_as_trl_logs_and_get_the_right_diagnosis():
-    from grpo_edu.models import ASSETS
+    from grpo_edu.training.models import ASSETS
 
     runs = ASSETS / "trl-runs"
     for name in ("healthy", "lr-too-high"):
         record = json.loads((runs / name / "trainer_state.json").read_text())
-        assert record["made_by"].startswith("python -m grpo_edu.trl_example (trl ")
+        assert record["made_by"].startswith("python -m grpo_edu.beyond.trl_example (trl ")
         assert {"reward", "frac_reward_zero_std", "kl", "completions/mean_length"} <= set(record["log_history"][0])
     assert diagnose(runs / "healthy" / "trainer_state.json") == []
     assert first(diagnose(runs / "lr-too-high" / "trainer_state.json")) == "reward_collapse"
 
 
 def test_the_trl_example_script_refuses_an_unknown_run_before_importing_trl(capsys):
-    from grpo_edu.trl_example import main
+    from grpo_edu.beyond.trl_example import main
 
     assert main(["nonsense"]) == 2
     assert "unknown run 'nonsense'; choose from healthy, lr-too-high" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Code-writing exercises and predict-then-run questions (grpo_edu.exercises).
+"""Code-writing exercises and predict-then-run questions (grpo_edu.course.exercises).
 
 Each code exercise is checked with a correct solution written here by hand, independently of
 the library, and with typical wrong ones: a bug in the reference, the inputs or the
@@ -8,7 +8,8 @@ comparison turns one of these red.
 import numpy as np
 import pytest
 
-from grpo_edu.exercises import EXERCISES, PREDICTIONS, CodeExercise, check, reveal
+from grpo_edu.course.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
+from grpo_edu.course.exercises import check, reveal
 
 
 def _advantages_by_hand(rewards):

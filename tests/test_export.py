@@ -1,12 +1,12 @@
-"""grpo_edu.export: our settings under TRL's and verl's names, accepted by them, traps named."""
+"""grpo_edu.beyond.export: our settings under TRL's and verl's names, accepted by them, traps named."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-from grpo_edu.config import GRPOConfig
-from grpo_edu.export import format_export, to_trl, to_verl, verl_command
+from grpo_edu.beyond.export import format_export, to_trl, to_verl, verl_command
+from grpo_edu.training.config import GRPOConfig
 
 CONFIGS = [GRPOConfig(), GRPOConfig(batch_size=4, num_generations=16, micro_batch_size=8, num_iterations=2),
            GRPOConfig(loss_type="dr_grpo", scale="none", beta=0.0, epsilon_high=0.28, lr_scheduler_type="constant"),
@@ -106,15 +106,17 @@ def test_verl_gets_the_log_prob_micro_batches_its_validate_config_demands(config
 
 def test_the_whole_verl_command_uses_only_verls_keys_and_our_reward():
     shipped = _verl_trainer_config()
-    from grpo_edu.word_problems import GPU_RUN, compute_score
+    from grpo_edu.beyond.word_problems import GPU_RUN, compute_score
 
     command = verl_command(GRPOConfig(**GPU_RUN), n_gpus=4)
     lines = command.split(" \\\n  ")
     assert lines[0] == "python3 -m verl.trainer.main_ppo"
     for key in (line.split("=")[0] for line in lines[1:]):
         _assert_verl_has(shipped, key)
-    reward_file = Path(__file__).parents[1] / "grpo_edu" / "word_problems.py"
-    assert f"custom_reward_function.path={reward_file.relative_to(reward_file.parents[1])}" in lines
+    repo = Path(__file__).parents[1]
+    reward_file = repo / "grpo_edu" / "beyond" / "word_problems.py"
+    assert reward_file.is_file()
+    assert f"custom_reward_function.path={reward_file.relative_to(repo).as_posix()}" in lines
     # verl calls compute_score(data_source, solution_str, ground_truth): the course's reward, per answer
     assert compute_score("openai/gsm8k", "4 × 3 = 12\n#### 12", "12") == 1.2
     assert compute_score("openai/gsm8k", "12", "12") == 1.0 and compute_score("openai/gsm8k", "#### 13", "12") == 0.2
@@ -139,7 +141,7 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, random
     import datasets
     import torch
 
-    from grpo_edu.losses import grpo_loss
+    from grpo_edu.core.losses import grpo_loss
 
     random_model.save_pretrained(tmp_path / "model")
     char_tokenizer.save_pretrained(tmp_path / "model")

@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from grpo_edu import viz, widgets
-from grpo_edu.config import GRPOConfig
-from grpo_edu.forgetting import probe, run_phase
-from grpo_edu.models import load_model_and_tokenizer, two_task_model_dir
-from grpo_edu.replay import ReplayBuffer, ReplaySample, eviction_order, replay_composition, replay_count
-from grpo_edu.rollout import generate
-from grpo_edu.tasks import get_task
-from grpo_edu.trainer import GRPOTrainer
+from grpo_edu.course import viz, widgets
+from grpo_edu.course.forgetting import probe, run_phase
+from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
+from grpo_edu.training.replay import ReplayBuffer, ReplaySample, eviction_order, replay_composition, replay_count
+from grpo_edu.training.rollout import generate
+from grpo_edu.training.tasks import get_task
+from grpo_edu.training.trainer import GRPOTrainer
 
 ADD, SUB = get_task("addition"), get_task("subtraction")
 
@@ -54,7 +54,7 @@ def test_run_phase_probes_at_the_start_every_k_steps_and_at_the_end(random_model
 def test_the_two_task_model_half_knows_both_tasks_as_its_record_says():
     model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
     record = json.loads((two_task_model_dir() / "grpo_edu_model.json").read_text())
-    assert record["command"] == ("python -m grpo_edu.make_model --out assets/tiny-two-tasks --task addition,subtraction "
+    assert record["command"] == ("python -m grpo_edu.training.make_model --out assets/tiny-two-tasks --task addition,subtraction "
                                  "--check-every 500 --max-steps 2000 --stop-at 0.999")
     assert record["in_band"] and set(record["per_task"]) == {"addition", "subtraction"}
     for task in (ADD, SUB):
@@ -65,7 +65,7 @@ def test_the_two_task_model_half_knows_both_tasks_as_its_record_says():
 
 
 def test_make_model_mixes_the_train_rows_of_several_tasks(tmp_path, monkeypatch):
-    from grpo_edu import make_model
+    from grpo_edu.training import make_model
 
     seen = []
     real = make_model.encode_for_warmup
@@ -156,7 +156,7 @@ def test_forgetting_panel_redraws_the_chosen_run_without_training():
 
 
 def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, capsys):
-    from grpo_edu import forgetting
+    from grpo_edu.course import forgetting
 
     monkeypatch.setattr(forgetting, "PHASE_A_STEPS", 2)
     monkeypatch.setattr(forgetting, "PHASE_B_STEPS", 2)

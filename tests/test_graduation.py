@@ -1,4 +1,4 @@
-"""grpo_edu.graduation: the course's step in TRL, on two processes with accelerate (CPU, gloo).
+"""grpo_edu.beyond.graduation: the course's step in TRL, on two processes with accelerate (CPU, gloo).
 
 The two-process run itself is tested where it is taught, in lesson 10, which the README's test
 command runs under nbval: there ``run_trl_processes`` trains 60 steps on 2 processes and claims
@@ -9,14 +9,14 @@ the two duplicated 12 s of the suite's 12-minute budget.)
 
 import pytest
 
-from grpo_edu.config import GRPOConfig
-from grpo_edu.graduation import launch_command, run_trl_processes
+from grpo_edu.beyond.graduation import launch_command, run_trl_processes
+from grpo_edu.training.config import GRPOConfig
 
 
 def test_launch_commands_for_data_parallel_and_zero():
     plain = launch_command(num_processes=8, config="run.json", out="trl.json")
     assert plain[:4] == ["accelerate", "launch", "--num_processes", "8"] and "--multi_gpu" in plain
-    assert plain[-6:] == ["-m", "grpo_edu.graduation", "--config", "run.json", "--out", "trl.json"]
+    assert plain[-6:] == ["-m", "grpo_edu.beyond.graduation", "--config", "run.json", "--out", "trl.json"]
     zero = " ".join(launch_command(num_processes=8, zero_stage=3))
     assert "--use_deepspeed --zero_stage 3" in zero and "--multi_gpu" not in zero
     with pytest.raises(ValueError, match="^zero_stage: is 4"):

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from grpo_edu.kl import kl_estimate
+from grpo_edu.core.kl import kl_estimate
 
 
 def test_hand_computed():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_edu.kl_gradients import estimator_gradient, kl_gradients
+from grpo_edu.core.kl_gradients import estimator_gradient, kl_gradients
 
 
 @pytest.fixture

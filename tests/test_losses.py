@@ -4,7 +4,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from grpo_edu.losses import AGGREGATIONS, grpo_loss
+from grpo_edu.core.losses import AGGREGATIONS, grpo_loss
 
 
 def _inputs(N=4, T=6, seed=0):

@@ -1,8 +1,8 @@
-"""grpo_edu.memory: the parts of a GRPO run's GPU memory, by hand."""
+"""grpo_edu.beyond.memory: the parts of a GRPO run's GPU memory, by hand."""
 
 import pytest
 
-from grpo_edu.memory import ARCHITECTURES, GiB, memory_per_gpu, memory_table
+from grpo_edu.beyond.memory import ARCHITECTURES, GiB, memory_per_gpu, memory_table
 
 
 def test_a_half_billion_model_on_one_gpu_by_hand():

@@ -69,7 +69,8 @@ HAND_COMPUTED = {
 
 @pytest.mark.parametrize("ex_id", sorted(HAND_COMPUTED))
 def test_exercise_solutions_match_hand_computed_answers(ex_id):
-    from grpo_edu.exercises import EXERCISES, check
+    from grpo_edu.course.exercise_bank import EXERCISES
+    from grpo_edu.course.exercises import check
 
     expected = HAND_COMPUTED[ex_id]
     got = EXERCISES[ex_id].solution()
@@ -83,8 +84,8 @@ def test_exercise_solutions_match_hand_computed_answers(ex_id):
 
 
 def test_default_run_exercises_follow_the_config():
-    from grpo_edu.config import GRPOConfig
-    from grpo_edu.exercises import EXERCISES
+    from grpo_edu.course.exercise_bank import EXERCISES
+    from grpo_edu.training.config import GRPOConfig
 
     c = GRPOConfig()
     assert EXERCISES["08.1"].solution() == c.batch_size * c.num_generations          # TRL counts completions
@@ -92,7 +93,8 @@ def test_default_run_exercises_follow_the_config():
 
 
 def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
-    from grpo_edu.exercises import EXERCISES, check
+    from grpo_edu.course.exercise_bank import EXERCISES
+    from grpo_edu.course.exercises import check
 
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"08.1", "08.2", "08.3", "08.4",
                                                    "02.4", "03.4", "04.5", "04.6", "05.6", "06.5"}   # code exercises: test_exercises.py

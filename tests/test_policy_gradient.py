@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_edu import policy_gradient as pg
-from grpo_edu.advantages import group_advantages
+from grpo_edu.core import policy_gradient as pg
+from grpo_edu.core.advantages import group_advantages
 
 # --- log_derivative_step -------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""grpo_edu.progress: a notebook bar leaves a final, timing-free text behind (not "0%")."""
+"""grpo_edu.common.progress: a notebook bar leaves a final, timing-free text behind (not "0%")."""
 
-from grpo_edu import progress
+from grpo_edu.common import progress
 
 
 def test_final_text_has_no_timings():

@@ -11,10 +11,9 @@ import textwrap
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from grpo_edu.replay import FORMAT, ReplayBuffer, ReplaySample
+from grpo_edu.training.replay import FORMAT, ReplayBuffer, ReplaySample
 
 
 def S(question, advantage, reward=1.0, answer="42"):
@@ -199,7 +198,7 @@ def test_reopening_in_a_new_process_gives_the_same_contents(tmp_path, name):
     with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
         buf.add([S("12+34=", 1.5, answer="46"), S("问题", 0.7, reward=0.5, answer="答")], round=3)
         here = buf.entries()
-    code = (f"from grpo_edu.replay import ReplayBuffer\n"
+    code = (f"from grpo_edu.training.replay import ReplayBuffer\n"
             f"b = ReplayBuffer(10, path={str(path)!r})\n"
             f"print([(s.question, s.answer, s.advantage, s.reward, r) for s, r in b.entries()])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -255,7 +254,7 @@ def test_sigkill_while_adding_keeps_every_returned_add(tmp_path):
     log = tmp_path / "returned.txt"
     code = textwrap.dedent(f"""
         import sys
-        from grpo_edu.replay import ReplayBuffer, ReplaySample
+        from grpo_edu.training.replay import ReplayBuffer, ReplaySample
         buf = ReplayBuffer(100000, path={str(path)!r}, top_fraction=1.0)
         with open({str(log)!r}, "w") as log:
             for r in range(100000):

@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from grpo_edu.schedule import TrainingSchedule
+from grpo_edu.core.schedule import TrainingSchedule
 
 
 def test_word_memorisation_analogy():
@@ -91,7 +91,7 @@ def test_schedule_invariants(n, b, g, epochs, steps):
 
 
 def test_learning_rate_schedules():
-    from grpo_edu.schedule import learning_rate_at
+    from grpo_edu.core.schedule import learning_rate_at
 
     assert learning_rate_at(1, 100, 3e-4) == 3e-4                              # full rate at step 1
     assert learning_rate_at(51, 100, 3e-4) == pytest.approx(1.5e-4)            # half way: half
@@ -105,8 +105,8 @@ def test_learning_rate_schedules():
 
 
 def test_the_trainer_applies_the_schedule(random_model, char_tokenizer):
-    from grpo_edu.config import GRPOConfig
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
 
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 30)]
     t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=4, eval_size=0,
@@ -118,8 +118,8 @@ def test_the_trainer_applies_the_schedule(random_model, char_tokenizer):
 
 
 def test_resuming_with_a_new_length_warns_under_the_linear_schedule(random_model, char_tokenizer, tmp_path):
-    from grpo_edu.config import GRPOConfig
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
 
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 30)]
     common = dict(batch_size=2, num_generations=2, eval_size=0, output_dir=str(tmp_path / "run"))

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from grpo_edu.config import GRPOConfig
-from grpo_edu.replay import read_file
-from grpo_edu.trainer import GRPOTrainer
+from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.replay import read_file
+from grpo_edu.training.trainer import GRPOTrainer
 
 FAST = dict(batch_size=4, num_generations=4, total_training_steps=6, eval_size=0, max_completion_length=4,
             learning_rate=1e-2, beta=0.05)
@@ -161,7 +161,7 @@ def test_a_replay_ratio_outside_the_advised_range_warns(ratio):
 
 
 def test_a_corrupt_buffer_file_fails_before_the_model_loads_and_is_not_changed(tmp_path, monkeypatch):
-    from grpo_edu import trainer as trainer_module
+    from grpo_edu.training import trainer as trainer_module
 
     bad = tmp_path / "b.sqlite"
     bad.write_bytes(b"not a database at all")

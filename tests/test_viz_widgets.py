@@ -12,11 +12,11 @@ import torch
 from matplotlib.figure import Figure
 
 import grpo_edu
-from grpo_edu import viz, widgets
-from grpo_edu.advantages import dead_group_probability, group_advantages, rank_advantages
-from grpo_edu.kl import kl_estimate
-from grpo_edu.losses import grpo_loss
-from grpo_edu.schedule import TrainingSchedule
+from grpo_edu.core.advantages import dead_group_probability, group_advantages, rank_advantages
+from grpo_edu.core.kl import kl_estimate
+from grpo_edu.core.losses import grpo_loss
+from grpo_edu.core.schedule import TrainingSchedule
+from grpo_edu.course import viz, widgets
 
 SEED_EXAMPLE = dict(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3, total_training_steps=1000)
 
@@ -60,7 +60,7 @@ def test_advantage_bars_heights_are_library_advantages(scale):
 
 
 def test_advantage_spread_draws_the_exact_distribution():
-    from grpo_edu.policy_gradient import advantage_distribution
+    from grpo_edu.core.policy_gradient import advantage_distribution
 
     fig = viz.advantage_spread(p=(0.5, 0.2), num_generations=(2, 8, 32))
     ax = fig.axes[0]
@@ -256,7 +256,8 @@ def test_panel_display_publishes_controls_then_results(monkeypatch):
 
 
 def test_lesson_04_exercises_are_computed_by_the_library():
-    from grpo_edu.exercises import EXERCISES, check
+    from grpo_edu.course.exercise_bank import EXERCISES
+    from grpo_edu.course.exercises import check
 
     expected = {"04.1": 1.2, "04.2": -0.8, "04.3": 0.1931, "04.4": 1 / 16}
     for exercise_id, value in expected.items():
@@ -342,8 +343,8 @@ def test_live_plot_outside_ipython_only_keeps_the_figure():
 
 
 def test_live_plot_as_a_trainer_callback(random_model, char_tokenizer):
-    from grpo_edu.config import GRPOConfig
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
 
     live = viz.LivePlot(every=2)
     config = GRPOConfig(batch_size=2, num_generations=2, total_training_steps=3, eval_size=4)
@@ -356,7 +357,8 @@ def test_live_plot_as_a_trainer_callback(random_model, char_tokenizer):
 
 
 def test_lesson_05_and_08_exercises_are_computed_by_the_library():
-    from grpo_edu.exercises import EXERCISES, check
+    from grpo_edu.course.exercise_bank import EXERCISES
+    from grpo_edu.course.exercises import check
 
     expected = {"05.1": 1.0, "05.2": 2.4742, "05.3": 0.7837, "05.4": 0.5, "05.5": -0.1875, "08.1": 128, "08.2": 3.158}
     for exercise_id, value in expected.items():
@@ -366,18 +368,18 @@ def test_lesson_05_and_08_exercises_are_computed_by_the_library():
 
 
 def test_show_source_prints_the_library_code_numbered(capsys):
-    from grpo_edu import losses
+    from grpo_edu.core import losses
 
     viz.show_source(losses.grpo_loss, start="# r_{i,t}", stop="kl = None")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "# grpo_edu/losses.py · grpo_loss"
+    assert out[0] == "# grpo_edu/core/losses.py · grpo_loss"
     assert "r_{i,t} = π_θ / π_θold" in out[1] and "kl = None" not in "\n".join(out)
     assert all(line[:3].strip().isdigit() and line[3:6] == " | " for line in out[1:])
 
 
 def test_reward_weights_panel_is_combine_then_group_advantages():
-    from grpo_edu.advantages import group_advantages
-    from grpo_edu.rewards import brevity_reward, combine, correctness, format_reward
+    from grpo_edu.core.advantages import group_advantages
+    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
 
     p = widgets.reward_weights_panel()
     group = list(widgets.REWARD_GROUP)
@@ -404,7 +406,7 @@ def test_runs_panel_highlights_the_chosen_run():
 
 
 def test_memory_bars_stack_every_part_to_the_tables_total():
-    from grpo_edu.memory import memory_table
+    from grpo_edu.beyond.memory import memory_table
 
     rows = memory_table()
     fig = viz.memory_bars(rows)

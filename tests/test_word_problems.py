@@ -1,4 +1,4 @@
-"""grpo_edu.word_problems: the GPU section's code path, run on the CPU with a tiny chat model.
+"""grpo_edu.beyond.word_problems: the GPU section's code path, run on the CPU with a tiny chat model.
 
 The GPU section trains a real chat model on word problems: prompts through the chat template,
 a final-number reward and a format reward, answers of many tokens. Every piece of that path is
@@ -8,9 +8,19 @@ has a chat template, on the word problems in tests/data.
 
 import pytest
 
-from grpo_edu.word_problems import (CPU_REHEARSAL, GPU_RUN, WordProblems, chat_prompts, final_number,
-                                    final_number_reward, format_reward, generated_tokens_per_second,
-                                    read_word_problems, tiny_chat_model, word_problem_trainer)
+from grpo_edu.beyond.word_problems import (
+    CPU_REHEARSAL,
+    GPU_RUN,
+    WordProblems,
+    chat_prompts,
+    final_number,
+    final_number_reward,
+    format_reward,
+    generated_tokens_per_second,
+    read_word_problems,
+    tiny_chat_model,
+    word_problem_trainer,
+)
 
 
 @pytest.mark.parametrize("text, number", [("so she has 12 pencils.\n#### 12", "12"), ("The answer is 1,234.", "1234"),
@@ -27,7 +37,7 @@ def test_the_rewards_pay_the_right_number_and_the_format_separately():
 
 
 def test_chat_prompts_need_a_template():
-    from grpo_edu.tokenizer import build_char_tokenizer
+    from grpo_edu.training.tokenizer import build_char_tokenizer
 
     with pytest.raises(ValueError, match="^tokenizer: it has no chat_template"):
         chat_prompts(build_char_tokenizer(), [{"question": "1+1?", "answer": "2"}])
@@ -41,8 +51,8 @@ def test_the_checker_compares_final_numbers():
 
 
 def test_a_task_without_held_out_prompts_needs_eval_rows_or_no_eval(tmp_path):
-    from grpo_edu.config import GRPOConfig
-    from grpo_edu.trainer import GRPOTrainer
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
 
     rows = [{"prompt": "1+1=", "answer": "2"}] * 4
     with pytest.raises(ValueError, match="^eval_rows: the task 'word_problems' has no held-out prompts of its own, "
@@ -70,7 +80,7 @@ def test_the_gpu_sections_code_path_runs_on_a_tiny_chat_model(tmp_path):
         assert torch.isfinite(torch.tensor(m["loss"])) and 0 < m["completion_length"] <= 24
     assert generated_tokens_per_second(trainer) > 0
     # the GPU settings are the same code path with bigger numbers, and a valid config
-    from grpo_edu.config import GRPOConfig
+    from grpo_edu.training.config import GRPOConfig
 
     GRPOConfig(**GPU_RUN)
     assert set(CPU_REHEARSAL) <= set(GPU_RUN)

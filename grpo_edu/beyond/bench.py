@@ -1,0 +1,350 @@
+"""``grpo-edu bench``: how fast is one GRPO step, against the bare floor and against TRL?
+
+Three measurements, each in its own fresh Python process (so start-up time and peak memory
+are honest), on the bundled model at the course's default step: 4 prompts × G = 8, up to
+8 new tokens, β = 0.04, one iteration, sampling at temperature 1.
+
+* ``grpo_edu``: ``GRPOTrainer.step()``, the real trainer.
+* ``floor``: the bare PyTorch passes no GRPO step can avoid, with nothing else: sampling
+  the completions with the KV cache, the reference model's forward, the policy's forward
+  and backward, and the optimizer step. The trainer's time as a multiple of it is its
+  overhead.
+* ``trl``: ``trl.GRPOTrainer`` on the same model directory, prompts, reward and settings
+  (bf16 off, constant learning rate, same loss_type), when trl is installed.
+
+Each prints the median seconds per step, generated tokens per second, the seconds from
+process start to the end of the first step, and the peak resident memory (RSS).
+
+Fairness. All three use a learning rate so small (1e-9) that the weights, and so the length of
+what the model samples, stay those of the bundled model: a contender that learned during the
+benchmark would sample shorter answers and do less work per step (an earlier version let the
+trainer learn at 2e-4 while the floor stood still, and the trainer then "beat" the floor). The
+arithmetic of every update is still done in full.
+
+Noise. A 2-core laptop's timings move by ±20 % from one run to the next. So the contenders run
+in rounds, interleaved (grpo_edu, floor, trl, then again in a rotated order), and each ratio is
+reported as the median over the rounds with its range: one noisy round cannot decide a claim.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SETTINGS = dict(batch_size=4, num_generations=8, max_completion_length=8, beta=0.04, num_iterations=1,
+                learning_rate=1e-9, loss_type="grpo", temperature=1.0, seed=0)
+"""One step of every contender; the tiny learning rate keeps the work per step constant (see above)."""
+
+
+def _peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _report(name, t0, step_times, tokens, first_step_end):
+    return {"name": name, "median_step_s": statistics.median(step_times), "steps": len(step_times),
+            "tokens_per_s": tokens / sum(step_times), "first_step_s": first_step_end - t0,
+            "peak_rss_mib": _peak_rss_mib()}
+
+
+def child_grpo_edu(t0, steps, warmup, settings=SETTINGS, name="grpo_edu"):
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    total = steps + warmup
+    trainer = GRPOTrainer(GRPOConfig(**settings, total_training_steps=total, eval_size=0))
+    times, tokens, first_end = [], 0, None
+    for i in range(total):
+        start = time.perf_counter()
+        m = trainer.step()
+        end = time.perf_counter()
+        if first_end is None:
+            first_end = time.time()
+        if i >= warmup:
+            times.append(end - start)
+            tokens += m["completion_length"] * settings["batch_size"] * settings["num_generations"]
+    return _report(name, t0, times, tokens, first_end)
+
+
+# --- replay (grpo-edu bench --replay) ---------------------------------------------------------
+REPLAY_SETTINGS = dict(batch_size=16, num_generations=8, max_completion_length=4, learning_rate=1e-9, seed=0)
+"""The course's default step (16 prompts × G = 8, ≤ 4 new tokens), with the constant-work learning rate."""
+FULL_BUFFER = 10_000
+"""Samples in the buffer when it is timed: the source's cap, so every add also evicts."""
+
+
+def _full_buffer(path, seed=0):
+    """A buffer of FULL_BUFFER addition samples (right answers with random positive advantages)."""
+    import random
+
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.tasks import get_task
+
+    rows, rng = get_task("addition").split("train"), random.Random(seed)
+    buffer = ReplayBuffer(FULL_BUFFER, path=path, top_fraction=1.0, seed=seed)
+    for start in range(0, FULL_BUFFER, 1000):
+        buffer.add([ReplaySample(r["prompt"], r["answer"], rng.uniform(0.1, 2.0), 1.0)
+                    for r in rows[start % len(rows):][:1000]], round=start // 1000)
+    return buffer
+
+
+def child_replay_step(t0, steps, warmup):
+    """The trainer at replay_ratio 0.3, replaying from a full SQLite buffer (evictions on every add)."""
+    path = os.path.join(tempfile.mkdtemp(prefix="grpo_edu_bench_"), "buffer.sqlite")
+    _full_buffer(path).close()
+    settings = dict(REPLAY_SETTINGS, replay_ratio=0.3, replay_path=path, replay_capacity=FULL_BUFFER)
+    return child_grpo_edu(t0, steps, warmup, settings, name="replay 0.3")
+
+
+def child_plain_step(t0, steps, warmup):
+    return child_grpo_edu(t0, steps, warmup, REPLAY_SETTINGS, name="no replay")
+
+
+def child_plain_same_rows(t0, steps, warmup):
+    """No replay, but 23 prompts × G = 8 = 184 rows: about as many as 128 fresh + 55 replayed, so the
+    ratio to this step is the replay machinery's own cost (the rest is training on more rows)."""
+    return child_grpo_edu(t0, steps, warmup, dict(REPLAY_SETTINGS, batch_size=23), name="no replay, 184 rows")
+
+
+def buffer_timings(repeats=20, seed=0):
+    """Milliseconds (median over ``repeats``) of one step's ``add`` (128 completions offered, top half
+    with Â > 0 admitted, each evicting) and of ``sample(64)``, on a full buffer per storage."""
+    import random
+
+    from grpo_edu.training.replay import ReplaySample
+
+    rng = random.Random(seed)
+    rows = [f"{a}+{b}=" for a in range(10, 100) for b in range(10, 100)]
+    results = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for storage in ("memory", "sqlite", "jsonl"):
+            path = None if storage == "memory" else os.path.join(folder, f"buffer.{storage}")
+            buffer = _full_buffer(path, seed)
+            adds, samples = [], []
+            for r in range(repeats):
+                offered = [ReplaySample(q, "99", rng.gauss(0, 1), 1.0) for q in rng.sample(rows, 128)]
+                start = time.perf_counter()
+                buffer.add(offered, round=100 + r)
+                adds.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                buffer.sample(64)
+                samples.append(time.perf_counter() - start)
+            buffer.close()
+            results[storage] = {"add_ms": 1000 * statistics.median(adds), "sample64_ms": 1000 * statistics.median(samples),
+                                "stored": len(buffer)}
+    return results
+
+
+def replay_main(args):
+    print(f"replay buffer at {FULL_BUFFER} samples: one step's add (128 offered) and sample(64), "
+          "median of 20 (milliseconds)")
+    for storage, r in buffer_timings().items():
+        print(f"  {storage:7} add {r['add_ms']:8.2f} ms   sample(64) {r['sample64_ms']:6.2f} ms   ({r['stored']} stored)")
+    print(f"\nstep time at replay_ratio 0.3 (full SQLite buffer) against no replay: the course's default step, "
+          f"{REPLAY_SETTINGS['batch_size']} prompts × G={REPLAY_SETTINGS['num_generations']}; {args.steps} timed "
+          f"steps after {args.warmup} warm-up, {args.rounds} interleaved rounds")
+    rounds, names = [], list(REPLAY_CHILDREN)
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]          # rotate who goes first
+        rounds.append({n: _run_child(REPLAY_CHILDREN[n], args.steps, args.warmup) for n in order})
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{n} {rounds[-1][n]['median_step_s'] * 1000:.1f} ms/step" for n in names), flush=True)
+
+    def ratios(a, b):
+        return [rnd[a]["median_step_s"] / rnd[b]["median_step_s"] for rnd in rounds]
+    print(_ratio_line("replay 0.3 / no replay", ratios("replay 0.3", "no replay"), "goal ≤ 1.1×"))
+    print(_ratio_line("replay 0.3 / 184-row step", ratios("replay 0.3", "no replay, 184 rows"),
+                      "the buffer's own cost; the rest is 43 % more rows to train on"))
+    return 0
+
+
+def child_floor(t0, steps, warmup):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_edu.training.models import bundled_model_dir
+    from grpo_edu.training.rollout import _cache_name
+    from grpo_edu.training.tasks import get_task
+
+    path = bundled_model_dir()
+    tok = AutoTokenizer.from_pretrained(path)
+    policy = AutoModelForCausalLM.from_pretrained(path)
+    ref = AutoModelForCausalLM.from_pretrained(path).eval().requires_grad_(False)
+    # the same tiny learning rate as the others: a full update's arithmetic, constant work per step
+    opt = torch.optim.AdamW(policy.parameters(), lr=SETTINGS["learning_rate"], betas=(0.9, 0.99), foreach=True)
+    rows = get_task("addition").split("train")
+    # the trainer's prompts, in the trainer's order (GRPOTrainer.batch_for, seed 0, epoch 1), and the
+    # trainer's way of sampling below: the same model then samples (nearly) the same answers, so
+    # both do the same work per step
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(SETTINGS["seed"] * 100_003 + 1)).tolist()
+    rows = [rows[i] for i in order]
+    G, B, max_new = SETTINGS["num_generations"], SETTINGS["batch_size"], SETTINGS["max_completion_length"]
+    gen = torch.Generator().manual_seed(SETTINGS["seed"])
+    cache_kw = _cache_name(policy)      # "cache" (transformers ≥ 5.2x) or "past_key_values"
+    times, tokens, first_end = [], 0, None
+    for i in range(steps + warmup):
+        start = time.perf_counter()
+        batch = [r["prompt"] for r in rows[i * B:(i + 1) * B]]
+        ids = tok(batch, return_tensors="pt", padding=True, padding_side="left")["input_ids"].repeat_interleave(G, 0)
+        with torch.no_grad():                                   # sampling with the KV cache
+            out = policy(input_ids=ids, use_cache=True, logits_to_keep=1)
+            new, done = [], torch.zeros(ids.shape[0], dtype=torch.bool)
+            for _ in range(max_new):
+                t = torch.multinomial(torch.log_softmax(out.logits[:, -1].float(), -1).exp(), 1, generator=gen)
+                new.append(t)
+                done |= t.squeeze(1) == tok.eos_token_id
+                if done.all():
+                    break
+                out = policy(input_ids=t, use_cache=True, **{cache_kw: getattr(out, cache_kw)})
+        seq = torch.cat([ids] + new, 1)
+        T = len(new)
+        completion = seq[:, -T:]
+        real = ((completion == tok.eos_token_id).cumsum(1) - (completion == tok.eos_token_id).long()) == 0
+        with torch.no_grad():                                   # reference forward
+            ref(input_ids=seq, logits_to_keep=T + 1)
+        logits = policy(input_ids=seq, logits_to_keep=T + 1).logits[:, :-1]    # policy forward
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, seq[:, -T:, None])
+        lp.mean().backward()                                    # backward
+        opt.step()                                              # optimizer step
+        opt.zero_grad(set_to_none=True)
+        end = time.perf_counter()
+        if first_end is None:
+            first_end = time.time()
+        if i >= warmup:
+            times.append(end - start)
+            tokens += int(real.sum())
+    return _report("floor", t0, times, tokens, first_end)
+
+
+def child_trl(t0, steps, warmup):
+    import datasets
+    from transformers import TrainerCallback
+    from trl import GRPOConfig as TRLConfig, GRPOTrainer as TRLTrainer
+
+    from grpo_edu.training.models import bundled_model_dir
+    from grpo_edu.training.tasks import get_task
+
+    task = get_task("addition")
+    times, marks = [], {"start": None, "first_end": None, "tokens": 0.0}
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            marks["start"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            times.append(time.perf_counter() - marks["start"])
+            if marks["first_end"] is None:
+                marks["first_end"] = time.time()
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs and state.global_step > warmup:
+                marks["tokens"] += logs["completions/mean_length"] * G * B
+
+    def reward_addition(prompts, completions, answer, **kw):
+        return task.reward(prompts, completions, answer)
+
+    B, G = SETTINGS["batch_size"], SETTINGS["num_generations"]
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TRLConfig(output_dir=tmp, per_device_train_batch_size=B * G, num_generations=G,
+                         max_completion_length=SETTINGS["max_completion_length"], beta=SETTINGS["beta"],
+                         num_iterations=1, learning_rate=SETTINGS["learning_rate"], lr_scheduler_type="constant",
+                         loss_type=SETTINGS["loss_type"], temperature=1.0, top_k=0, bf16=False, use_cpu=True,
+                         max_steps=steps + warmup, logging_steps=1, report_to=[], save_strategy="no",
+                         seed=0, disable_tqdm=True, dataloader_num_workers=0)
+        trainer = TRLTrainer(model=str(bundled_model_dir()), reward_funcs=[reward_addition], args=args,
+                             train_dataset=datasets.Dataset.from_list(task.split("train")), callbacks=[Timer()])
+        trainer.train()
+    return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
+
+
+CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl,
+            "replay_step": child_replay_step, "plain_step": child_plain_step, "plain_184": child_plain_same_rows}
+REPLAY_CHILDREN = {"no replay": "plain_step", "replay 0.3": "replay_step", "no replay, 184 rows": "plain_184"}
+
+
+def _run_child(name, steps, warmup):
+    env = dict(os.environ, GRPO_EDU_BENCH_T0=repr(time.time()), TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, "-m", "grpo_edu.beyond.bench", "--child", name, "--steps", str(steps),
+                           "--warmup", str(warmup)], env=env, capture_output=True, text=True)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    if proc.returncode or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise RuntimeError(f"the {name} benchmark failed:\n" + "\n".join(tail))
+    return json.loads(lines[-1])
+
+
+def _ratio_line(label, values, goal):
+    values = sorted(values)
+    return (f"{label:28} median {statistics.median(values):.2f}×, range {values[0]:.2f}–{values[-1]:.2f}× "
+            f"over {len(values)} rounds ({goal})")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="grpo-edu bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved rounds; ratios are reported as median and range over them (default 5)")
+    parser.add_argument("--no-trl", action="store_true", help="skip TRL even when installed")
+    parser.add_argument("--json", metavar="FILE", help="also write every round's results as JSON")
+    parser.add_argument("--replay", action="store_true",
+                        help="time the replay buffer (add, sample at 10,000 samples) and a step at replay_ratio 0.3")
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
+        parser.error("--steps and --rounds must be ≥ 1, --warmup ≥ 0")
+
+    if args.child:
+        t0 = float(os.environ.get("GRPO_EDU_BENCH_T0", time.time()))
+        print(json.dumps(CHILDREN[args.child](t0, args.steps, args.warmup)), flush=True)
+        return 0
+    if args.replay:
+        return replay_main(args)
+
+    names = ["grpo_edu", "floor"]
+    try:
+        import trl  # noqa: F401
+        if not args.no_trl:
+            names.append("trl")
+    except ImportError:
+        print("trl is not installed: skipping the TRL comparison (pip install trl to add it)")
+    print(f"one step = {SETTINGS['batch_size']} prompts × G={SETTINGS['num_generations']}, "
+          f"≤{SETTINGS['max_completion_length']} new tokens, beta={SETTINGS['beta']}, 1 iteration, "
+          f"lr {SETTINGS['learning_rate']:g} (constant work per step); {args.steps} timed steps after "
+          f"{args.warmup} warm-up, {args.rounds} interleaved rounds; torch threads: default")
+    rounds = []
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]          # rotate who goes first
+        rounds.append({name: _run_child(name, args.steps, args.warmup) for name in order})
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{n} {rounds[-1][n]['median_step_s'] * 1000:.1f} ms/step" for n in names), flush=True)
+
+    def med(name, key):
+        return statistics.median(rnd[name][key] for rnd in rounds)
+
+    print(f"\nmedians over {args.rounds} rounds")
+    print(f"{'':10} {'s/step':>10} {'tokens/s':>10} {'start→1st step s':>17} {'peak RSS MiB':>13}")
+    for name in names:
+        print(f"{name:10} {med(name, 'median_step_s'):10.4f} {med(name, 'tokens_per_s'):10.0f} "
+              f"{med(name, 'first_step_s'):17.2f} {med(name, 'peak_rss_mib'):13.0f}")
+    print()
+    print(_ratio_line("grpo_edu step / floor step", [rnd["grpo_edu"]["median_step_s"] / rnd["floor"]["median_step_s"]
+                                                     for rnd in rounds], "goal ≤ 1.2×"))
+    if "trl" in names:
+        print(_ratio_line("TRL step / grpo_edu step", [rnd["trl"]["median_step_s"] / rnd["grpo_edu"]["median_step_s"]
+                                                       for rnd in rounds], "goal ≥ 1.5×"))
+        print(_ratio_line("peak RSS grpo_edu / TRL", [rnd["grpo_edu"]["peak_rss_mib"] / rnd["trl"]["peak_rss_mib"]
+                                                      for rnd in rounds], "goal < 1"))
+    print(f"start → first step (grpo_edu): median {med('grpo_edu', 'first_step_s'):.2f} s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"settings": SETTINGS, "rounds": rounds}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

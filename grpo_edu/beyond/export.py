@@ -1,0 +1,233 @@
+"""Carry a grpo_edu run to TRL or verl: the same settings under their names, with the traps named.
+
+``to_trl(config)`` → ``(kwargs, info)``: keyword arguments for ``trl.GRPOConfig`` that make TRL
+take the same step as grpo_edu (same completions per optimizer update, same loss, same KL term,
+same optimizer). ``to_verl(config)`` → ``(overrides, info)``: verl command-line overrides
+(``key=value``) for ``python -m verl.trainer.main_ppo``. In both, ``info["why"]`` gives a one-line
+reason for every setting whose name or default differs, and ``info["unmatched"]`` lists what
+cannot be carried over exactly, so nothing is dropped silently.
+
+The traps, each handled below:
+
+* TRL's ``per_device_train_batch_size`` counts *completions* on one process; a grpo_edu step is
+  ``batch_size × num_generations`` completions and one optimizer update (× μ).
+* TRL counts optimizer updates as steps: ``max_steps = total_training_steps × num_iterations``.
+* TRL's defaults differ: ``loss_type="dapo"``, ``beta=0``, ``use_bias_correction_kl=True`` (the
+  KL term multiplied by the ratio, which changes its gradient), ``bf16=True``.
+* verl counts ``data.train_batch_size`` and ``ppo_mini_batch_size`` in *prompts*, applies a
+  dual clip (``clip_ratio_c = 3``) to negative advantages, clamps its k3 ("low_var_kl") to
+  ±10, has no linear learning-rate decay, and its "seq-mean-token-sum-norm" divides by the
+  padded response length unless ``loss_scale_factor`` is set.
+
+``grpo-edu export trl`` and ``grpo-edu export verl`` print them for any config flags.
+"""
+
+from grpo_edu.common import _checks
+from grpo_edu.training.config import GRPOConfig
+
+ADAM_BETAS = (0.9, 0.99)
+"""grpo_edu's AdamW betas (trainer.py); TRL's and verl's defaults are (0.9, 0.999)."""
+
+VERL_LOSS_AGG = {
+    "grpo": ("seq-mean-token-mean", "the paper's mean over each answer's tokens, then over answers"),
+    "dapo": ("token-mean", "one mean over every token of the batch"),
+    "bnpo": ("token-mean", "a mean over the batch's tokens; verl's is over the whole mini-batch, as TRL's bnpo is "
+                           "only when one process takes the step in one micro-batch"),
+    "dr_grpo": ("seq-mean-token-sum-norm", "token sums divided by answers × max_completion_length"),
+}
+"""grpo_edu loss_type → verl ``actor.loss_agg_mode`` and what the two compute."""
+
+
+def _completions_per_device(config, processes, arg):
+    _checks.positive_int(arg, processes)
+    n = config.batch_size * config.num_generations
+    if n % processes:
+        _checks.fail(arg, f"{processes} processes cannot share a step of batch_size × G = {n} completions equally",
+                     f"use a number of processes that divides {n}")
+    micro = config.micro_batch_size or n // processes
+    if (n // processes) % micro:
+        _checks.fail(arg, f"each of {processes} processes takes {n // processes} completions, which micro_batch_size "
+                          f"{micro} does not divide", f"use a micro_batch_size that divides {n // processes}")
+    return micro, n // (micro * processes)
+
+
+def to_trl(config=None, *, num_processes=1):
+    """Keyword arguments for ``trl.GRPOConfig`` that reproduce ``config`` (a GRPOConfig; None = the
+    defaults) on ``num_processes`` processes. Returns ``(kwargs, info)``; ``info["why"]`` has a
+    reason per key, ``info["unmatched"]`` what TRL cannot match. ``output_dir``, the model, the
+    dataset and the reward function are the caller's (see lesson 10)."""
+    c = config or GRPOConfig()
+    per_device, accumulation = _completions_per_device(c, num_processes, "num_processes")
+    kwargs, why = {}, {}
+
+    def put(key, value, reason=None):
+        kwargs[key] = value
+        if reason:
+            why[key] = reason
+
+    put("num_generations", c.num_generations)
+    put("per_device_train_batch_size", per_device,
+        f"TRL counts completions per process: batch_size × G = {c.batch_size * c.num_generations} per step, "
+        f"split over {num_processes} process(es)" + (f" in micro-batches of {per_device}" if c.micro_batch_size else ""))
+    put("gradient_accumulation_steps", accumulation,
+        "micro-batches per process that add up to one grpo_edu step (one optimizer update)")
+    put("steps_per_generation", accumulation, "one generation feeds exactly one optimizer update, as in grpo_edu")
+    put("num_iterations", c.num_iterations)
+    if c.total_training_steps is not None:
+        put("max_steps", c.total_training_steps * c.num_iterations,
+            f"TRL counts optimizer updates: {c.total_training_steps} steps × num_iterations {c.num_iterations}")
+    put("learning_rate", c.learning_rate)
+    put("lr_scheduler_type", c.lr_scheduler_type,
+        "linear: grpo_edu keeps one rate per sampled batch, TRL decays per update (the same when μ = 1)"
+        if c.lr_scheduler_type == "linear" and c.num_iterations > 1 else None)
+    put("warmup_steps", 0)
+    put("max_grad_norm", c.max_grad_norm)
+    put("optim", "adamw_torch")
+    put("adam_beta1", ADAM_BETAS[0])
+    put("adam_beta2", ADAM_BETAS[1], "grpo_edu's AdamW uses β₂ = 0.99; TRL's default is 0.999")
+    put("weight_decay", 0.0)
+    put("beta", c.beta, "TRL's default β is 0 (no reference model); grpo_edu's is DeepSeekMath's 0.04"
+        if c.beta != 0 else None)
+    put("use_bias_correction_kl", False,
+        "TRL's default True multiplies the KL term by the ratio, which changes its gradient; grpo_edu adds the plain k3")
+    put("epsilon", c.epsilon)
+    put("epsilon_high", c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    put("loss_type", c.loss_type, "TRL's default is 'dapo'; grpo_edu's is the paper's 'grpo'"
+        if c.loss_type != "dapo" else None)
+    put("scale_rewards", c.scale, "grpo_edu calls it scale")
+    put("temperature", c.temperature)
+    put("top_p", 1.0)
+    put("top_k", 0, "0 = no top-k filter: grpo_edu samples from the whole softmax")
+    put("max_completion_length", c.max_completion_length)
+    put("mask_truncated_completions", False, "grpo_edu trains on cut-off answers too")
+    put("seed", c.seed)
+    put("gradient_checkpointing", c.gradient_checkpointing,
+        "TRL's GRPOConfig turns it on by default: the same gradient for about a third more compute"
+        if not c.gradient_checkpointing else None)
+    put("bf16", False, "TRL turns bf16 on by default; grpo_edu trains in float32")
+    if c.device == "cpu":
+        put("use_cpu", True, "device='cpu'")
+    unmatched = []
+    if c.total_training_steps is None:
+        unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
+                                          "total_training_steps for an exact match"))
+    if c.replay_ratio > 0:
+        unmatched.append(("replay_ratio", "TRL has no replay buffer since GRPOWithReplayBufferTrainer was removed "
+                                          "(trl PR #7132); replay cannot be carried over"))
+    if c.eval_size or c.eval_every:
+        unmatched.append(("eval_size / eval_every", "TRL evaluates an eval_dataset with its own loop; pass the "
+                                                    "held-out prompts as eval_dataset and set eval_strategy"))
+    unmatched.append(("model / task", "TRL takes the model path, a datasets.Dataset of prompts and the reward "
+                                      "function as GRPOTrainer arguments"))
+    return kwargs, {"why": why, "unmatched": unmatched}
+
+
+def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
+    """verl overrides (``key=value`` strings) for ``config`` on ``n_gpus`` GPUs of one node.
+    Returns ``(overrides, info)`` like :func:`to_trl`."""
+    c = config or GRPOConfig()
+    per_gpu, _ = _completions_per_device(c, n_gpus, "n_gpus")
+    loss_agg, agg_meaning = VERL_LOSS_AGG[c.loss_type]
+    pairs, why, unmatched = [], {}, []
+
+    def put(key, value, reason=None):
+        pairs.append((key, value))
+        if reason:
+            why[key] = reason
+
+    put("algorithm.adv_estimator", "grpo", "verl's default estimator is gae (PPO with a critic)")
+    put("algorithm.norm_adv_by_std_in_grpo", c.scale == "group",
+        "True divides by the group σ (scale='group'); False is Dr. GRPO's no scaling")
+    put("algorithm.use_kl_in_reward", False, "the KL is a loss term (as in GRPO), not a reward penalty")
+    put("data.train_batch_size", c.batch_size, "verl counts prompts, not completions")
+    put("actor_rollout_ref.rollout.n", c.num_generations, "G is verl's rollout.n")
+    put("actor_rollout_ref.actor.ppo_mini_batch_size", c.batch_size,
+        "in prompts too: one mini-batch per step means one optimizer update per epoch, as in grpo_edu")
+    put("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", per_gpu, "completions per forward/backward on one GPU")
+    put("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", per_gpu,
+        "completions per forward when recomputing log π_θold; verl refuses to start without it")
+    if c.beta > 0:
+        put("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", per_gpu,
+            "the same for the reference model's forward (needed when the KL loss is on)")
+    put("actor_rollout_ref.actor.ppo_epochs", c.num_iterations, "verl's name for μ (num_iterations)")
+    put("actor_rollout_ref.actor.use_kl_loss", c.beta > 0)
+    put("actor_rollout_ref.actor.kl_loss_coef", c.beta, "β (verl's default is 0.001)")
+    put("actor_rollout_ref.actor.kl_loss_type", "low_var_kl",
+        "k3, the same estimator; verl clamps it to [-10, 10] (grpo_edu does not clamp)")
+    put("actor_rollout_ref.actor.clip_ratio_low", c.epsilon)
+    put("actor_rollout_ref.actor.clip_ratio_high", c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    put("actor_rollout_ref.actor.clip_ratio_c", 1e9,
+        "verl's dual clip bounds negative-advantage terms at c × |Â| (c = 3); a huge c turns it off, as in grpo_edu")
+    put("actor_rollout_ref.actor.loss_agg_mode", loss_agg, f"loss_type {c.loss_type!r}: {agg_meaning}")
+    if c.loss_type == "dr_grpo":
+        put("actor_rollout_ref.actor.loss_scale_factor", c.max_completion_length,
+            "else verl divides by the padded response length of each batch, not max_completion_length")
+    put("actor_rollout_ref.actor.entropy_coeff", 0, "no entropy bonus in GRPO")
+    put("actor_rollout_ref.actor.grad_clip", c.max_grad_norm)
+    put("actor_rollout_ref.actor.optim.lr", c.learning_rate)
+    put("actor_rollout_ref.actor.optim.betas", f"[{ADAM_BETAS[0]},{ADAM_BETAS[1]}]", "verl's default is (0.9, 0.999)")
+    put("actor_rollout_ref.actor.optim.weight_decay", 0.0, "verl's default is 0.01; grpo_edu uses none")
+    put("actor_rollout_ref.actor.optim.lr_scheduler_type", "constant")
+    if c.lr_scheduler_type == "linear":
+        unmatched.append(("lr_scheduler_type", "verl's FSDP optimizer has constant and cosine schedules, no linear "
+                                               "decay: 'constant' is exported; train grpo_edu with "
+                                               "lr_scheduler_type='constant' for an exact match"))
+    put("actor_rollout_ref.rollout.temperature", c.temperature)
+    put("actor_rollout_ref.rollout.top_k", -1, "-1 = no top-k filter")
+    put("actor_rollout_ref.rollout.top_p", 1.0)
+    put("data.max_response_length", c.max_completion_length)
+    put("actor_rollout_ref.model.enable_gradient_checkpointing", c.gradient_checkpointing,
+        "verl's default is true; grpo_edu's is off (the same gradient either way)")
+    put("actor_rollout_ref.model.path", model_path, "a local path or hub name; verl loads it with transformers")
+    put("data.seed", c.seed)
+    put("trainer.n_gpus_per_node", n_gpus)
+    put("trainer.nnodes", 1)
+    if c.total_training_steps is not None:
+        put("trainer.total_training_steps", c.total_training_steps, "verl's steps are sampled batches, as grpo_edu's")
+    if c.scale == "batch":
+        unmatched.append(("scale", "verl's GRPO scales by the group σ or not at all; 'batch' has no counterpart"))
+    if c.replay_ratio > 0:
+        unmatched.append(("replay_ratio", "verl's GRPO has no replay buffer"))
+    unmatched.append(("task / rewards", "verl reads prompts from parquet files (data.train_files) and scores them "
+                                        "with a reward function it imports (custom_reward_function.path)"))
+    overrides = [f"{k}={_verl_value(v)}" for k, v in pairs]
+    return overrides, {"why": why, "unmatched": unmatched, "pairs": pairs}
+
+
+def verl_command(config=None, *, n_gpus=8, model_path="Qwen/Qwen2.5-0.5B-Instruct",
+                 train_files="$HOME/data/gsm8k/train.parquet", val_files="$HOME/data/gsm8k/test.parquet",
+                 rollout_engine="vllm", reward_file="grpo_edu/beyond/word_problems.py"):
+    """The whole verl command (a string) for ``config`` on one node of ``n_gpus`` GPUs: ``to_verl``'s
+    overrides, the data files (verl's ``examples/data_preprocess/gsm8k.py`` writes them), the rollout
+    engine, and the course's word-problem reward (``grpo_edu.beyond.word_problems.compute_score``; the path is
+    relative to the repository root, where the command runs). verl's
+    ``main_ppo`` starts a local Ray cluster itself; for several nodes, ``ray start`` on each first and
+    raise ``trainer.nnodes``."""
+    overrides, _ = to_verl(config, n_gpus=n_gpus, model_path=model_path)
+    extra = [f"data.train_files={train_files}", f"data.val_files={val_files}",
+             f"actor_rollout_ref.rollout.name={rollout_engine}",
+             f"custom_reward_function.path={reward_file}",
+             "custom_reward_function.name=compute_score", "trainer.logger=[console]"]
+    return "python3 -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(overrides + extra)
+
+
+def _verl_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer() and abs(v) >= 1e6:
+        mantissa, exponent = f"{v:.0e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return str(v)
+
+
+def format_export(result, target):
+    """Readable text: each setting with its reason, then what cannot be matched."""
+    values, info = result
+    lines = [f"# grpo_edu → {target}"]
+    if target == "trl":
+        lines += [f"{k}={v!r}" + (f"    # {info['why'][k]}" if k in info["why"] else "") for k, v in values.items()]
+    else:
+        lines += [f"{o}" + (f"    # {info['why'][o.split('=')[0]]}" if o.split("=")[0] in info["why"] else "")
+                  for o in values]
+    lines += ["", "# not matched exactly:"] + [f"#   {field}: {reason}" for field, reason in info["unmatched"]]
+    return "\n".join(lines)

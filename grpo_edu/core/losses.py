@@ -1,0 +1,140 @@
+"""The GRPO objective: a PPO-clipped surrogate with group advantages and a KL penalty.
+
+DeepSeekMath (arXiv:2402.03300, eq. 3) maximises, per token t of completion o_i,
+
+    min( r_{i,t} · Â_i ,  clip(r_{i,t}, 1 − ε, 1 + ε) · Â_i )  −  β · D_KL[π_θ ‖ π_ref]
+
+    r_{i,t} = π_θ(o_{i,t} | q, o_{i,<t}) / π_θold(o_{i,t} | q, o_{i,<t})
+
+We minimise the negative. The clip stops one batch from pushing the policy too far: once
+the ratio leaves [1 − ε, 1 + ε] *in the direction the advantage wants*, the gradient is 0.
+ε_high > ε gives the asymmetric "clip-higher" of DAPO (arXiv:2503.14476), which lets rare
+good tokens grow faster. The KL term uses the k3 estimator (see ``grpo_edu.core.kl``).
+
+How the per-token losses become one number is ``loss_type``; names and formulas follow
+TRL's GRPOTrainer. With L_{i,t} the per-token loss, m_{i,t} the completion mask, N
+sequences and T completion positions:
+
+* ``"grpo"``: (1/N) Σ_i (1/|o_i|) Σ_t L_{i,t}. The paper's form. Each sequence weighs the
+  same, so a token of a long answer counts less than a token of a short one: long wrong
+  answers are penalised too little.
+* ``"bnpo"``: Σ L / Σ m over this (micro-)batch. Every token weighs the same.
+* ``"dapo"``: Σ L / (active tokens in the *whole* step). Identical to "bnpo" when the step
+  is one micro-batch; under gradient accumulation pass ``num_active_tokens`` (the step's
+  total), as TRL does with its global token count.
+* ``"dr_grpo"``: Σ L / (N · max_completion_length). A constant normaliser, so no length
+  bias at all (Dr. GRPO, arXiv:2503.20783).
+
+Shapes: N sequences, T completion tokens. logprobs, old_logprobs, ref_logprobs, mask:
+(N, T); advantages: (N,).
+"""
+
+import torch
+
+from grpo_edu.common import _checks
+from grpo_edu.core.kl import kl_estimate
+
+
+def _grpo(per_token, mask, **_):
+    per_seq = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)    # mean over |o_i|, (N,)
+    return per_seq.mean()
+
+
+def _bnpo(per_token, mask, **_):
+    return (per_token * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _dapo(per_token, mask, num_active_tokens=None, **_):
+    denom = mask.sum() if num_active_tokens is None else num_active_tokens
+    return (per_token * mask).sum() / max(float(denom), 1.0)
+
+
+def _dr_grpo(per_token, mask, max_completion_length=None, **_):
+    N, T = mask.shape
+    return (per_token * mask).sum() / (N * (max_completion_length or T))
+
+
+AGGREGATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dapo": _dapo, "dr_grpo": _dr_grpo}
+"""loss_type → function(per_token_loss, mask, ...) → scalar. One small function each."""
+
+
+def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens):
+    _checks.choice("loss_type", loss_type, tuple(AGGREGATIONS))
+    _checks.positive_float("epsilon", epsilon, fix="pass a clip range > 0, usually 0.2")
+    if epsilon_high is not None:
+        _checks.positive_float("epsilon_high", epsilon_high,
+                               fix="pass a clip range > 0 (DAPO uses 0.28), or None to use epsilon")
+    _checks.positive_float("beta", beta, allow_zero=True, fix="pass a KL coefficient ≥ 0 (0 turns KL off)")
+    if getattr(logprobs, "ndim", None) != 2:
+        _checks.fail("logprobs", f"must be a (N, T) tensor, got shape {tuple(getattr(logprobs, 'shape', ()))}",
+                     "pass one log-prob per completion token, sequences along dim 0")
+    shape = tuple(logprobs.shape)
+    for name, x in (("old_logprobs", old_logprobs), ("mask", mask), ("ref_logprobs", ref_logprobs)):
+        if x is not None and tuple(x.shape) != shape:
+            _checks.fail(name, f"shape {tuple(x.shape)} does not match logprobs shape {shape}",
+                         "pass one value per completion token, (N, T) like logprobs")
+    if tuple(advantages.shape) != shape[:1]:
+        _checks.fail("advantages", f"shape {tuple(advantages.shape)} should be (N,) = ({shape[0]},)",
+                     "pass one advantage per sequence, e.g. group_advantages(rewards).reshape(-1)")
+    if beta > 0 and ref_logprobs is None:
+        _checks.fail("ref_logprobs", f"is None but beta = {beta} asks for a KL term",
+                     "pass the reference model's log-probs, or set beta=0")
+    if max_completion_length is not None:
+        _checks.positive_int("max_completion_length", max_completion_length, minimum=shape[1],
+                             fix=f"pass the generation limit, at least the {shape[1]} positions given")
+    if num_active_tokens is not None and loss_type != "dapo":
+        _checks.fail("num_active_tokens", f"only applies to loss_type='dapo', not {loss_type!r}",
+                     "drop it, or use loss_type='dapo'")
+
+
+def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, beta=0.0,
+              epsilon=0.2, epsilon_high=None, loss_type="grpo", max_completion_length=None,
+              num_active_tokens=None):
+    """The clipped GRPO loss (to minimise) and an info dict; see the module doc.
+
+    Per token: L = −min(r·Â, clip(r, 1 − ε, 1 + ε_high)·Â) + β·k3, r = exp(logprobs − old_logprobs).
+    ``old_logprobs`` and ``ref_logprobs`` are treated as constants (no gradient flows into them).
+
+    ``info`` (python floats): ``clip_fraction`` (active tokens where the clip binds:
+    r < 1 − ε with Â < 0, or r > 1 + ε_high with Â > 0), ``clip_low_fraction``,
+    ``clip_high_fraction``, ``ratio_mean``, ``kl_mean`` (k3 over active tokens; 0 without
+    ``ref_logprobs``), ``policy_loss``, ``kl_loss`` (β-weighted, same aggregation),
+    ``num_active_tokens``.
+    """
+    _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens)
+    eps_low = epsilon
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    mask = mask.to(logprobs.dtype)                                   # (N, T)
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)                 # Â_i broadcast over tokens, (N, 1)
+
+    # r_{i,t} = π_θ / π_θold, computed in log space
+    ratio = (logprobs - old_logprobs.detach()).exp()                 # (N, T)
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high)                 # clip(r, 1−ε, 1+ε_high)
+    policy_term = -(ratio * adv).minimum(clipped * adv)              # −min(r·Â, clip(r)·Â), (N, T)
+
+    kl = None
+    if ref_logprobs is not None:
+        kl = kl_estimate(logprobs, ref_logprobs.detach(), kind="k3")  # D_KL per token, (N, T)
+    per_token = policy_term + beta * kl if beta > 0 else policy_term
+
+    aggregate = AGGREGATIONS[loss_type]
+    opts = {"max_completion_length": max_completion_length, "num_active_tokens": num_active_tokens}
+    loss = aggregate(per_token, mask, **opts)
+
+    with torch.no_grad():
+        active = mask.sum().clamp(min=1)
+        low = ((ratio < 1 - eps_low) & (adv < 0)).to(mask.dtype) * mask
+        high = ((ratio > 1 + eps_high) & (adv > 0)).to(mask.dtype) * mask
+        info = {
+            "clip_fraction": float((low + high).sum() / active),
+            "clip_low_fraction": float(low.sum() / active),
+            "clip_high_fraction": float(high.sum() / active),
+            "ratio_mean": float((ratio * mask).sum() / active),
+            "kl_mean": float((kl * mask).sum() / active) if kl is not None else 0.0,
+            "policy_loss": float(aggregate(policy_term, mask, **opts)),
+            "kl_loss": float(aggregate(beta * kl, mask, **opts)) if kl is not None and beta > 0 else 0.0,
+            "num_active_tokens": int(mask.sum()),
+        }
+    return loss, info

@@ -1,0 +1,548 @@
+"""The exercise bank: every lesson's exercises and predict-then-run questions, with the library call
+that computes each answer.
+
+``EXERCISES`` holds the self-check exercises (a number, a string or a list; or a function the
+learner writes, compared with the library on seeded random inputs); ``PREDICTIONS`` holds the
+predict-then-run questions. An answer is never typed in by hand: each ``Exercise`` carries a
+``solution`` that calls the library when the learner checks. ``grpo_edu.course.exercises``
+asks the questions and checks the answers.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Exercise:
+    question: str
+    """What the learner is asked."""
+    solution: Callable[[], Any]
+    """Computes the expected answer with grpo_edu (a number, a string or a list of them)."""
+    hint: str
+    """Shown after a wrong answer."""
+    tolerance: float = 1e-3
+    """Absolute tolerance for numeric answers."""
+
+
+@dataclass(frozen=True)
+class CodeExercise:
+    question: str
+    """What function the learner is asked to write, and its signature."""
+    reference: Callable[..., Any]
+    """The library's version: called with the same arguments as the learner's function."""
+    inputs: Callable[[np.random.Generator], tuple]
+    """Draws one tuple of arguments (numpy arrays / numbers) from a seeded generator."""
+    hint: str
+    """Shown after a wrong result."""
+    trials: int = 20
+    """How many random inputs are tried (seeded, so every run tries the same ones)."""
+    tolerance: float = 1e-6
+    """Absolute tolerance per element."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    question: str
+    """What the learner predicts before running the experiment."""
+    tolerance: float | None = None
+    """Numeric guesses: how far from the measured value still counts as right."""
+    choices: tuple[str, ...] = ()
+    """Choice guesses: the allowed answers (compared case-insensitively)."""
+
+
+def _schedule(**kw):
+    from grpo_edu.core.schedule import TrainingSchedule
+
+    return TrainingSchedule(**kw)
+
+
+def _adv(rewards, **kw):
+    from grpo_edu.core.advantages import group_advantages
+
+    return group_advantages([rewards], **kw)[0].tolist()
+
+
+def _dead(p, G, B=1):
+    from grpo_edu.core.advantages import dead_group_probability
+
+    return dead_group_probability(p, G, batch_size=B)
+
+
+def _collapse_threshold(peak, floor=0.0):
+    from grpo_edu.beyond.symptoms import COLLAPSE_FRACTION
+
+    return round(floor + COLLAPSE_FRACTION * (peak - floor), 4)
+
+
+def _objective(ratio, advantage, epsilon=0.2, epsilon_high=None):
+    """−grpo_loss for one token with π_θ/π_θold = ratio: min(r·Â, clip(r)·Â)."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    logprobs = torch.tensor([[math.log(ratio)]], dtype=torch.float64)
+    loss, _ = grpo_loss(logprobs, torch.zeros_like(logprobs), torch.tensor([float(advantage)]),
+                        torch.ones_like(logprobs), epsilon=epsilon, epsilon_high=epsilon_high)
+    return -loss.item()
+
+
+def _k3(p_theta, p_ref):
+    from grpo_edu.core.kl import kl_estimate
+
+    return float(kl_estimate(math.log(p_theta), math.log(p_ref), kind="k3"))
+
+
+def _token_weight(lengths, loss_type, answer):
+    """Gradient weight −∂loss/∂logprob of one token of answer ``answer`` (Â = 1, on-policy)."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    T = max(lengths)
+    mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])       # (N, T)
+    logprobs = torch.zeros(len(lengths), T, requires_grad=True)
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), torch.ones(len(lengths)), mask, loss_type=loss_type)
+    loss.backward()
+    return -logprobs.grad[answer, 0].item()
+
+
+def _on_policy_ratio():
+    """Mean ratio r that grpo_loss reports when π_θ is the policy that sampled (log π_θ = log π_θold)."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.9, 0.2], [0.7, 0.1, 0.6]]))
+    _, info = grpo_loss(logprobs, logprobs.detach(), torch.tensor([1.0, -1.0]), torch.ones_like(logprobs))
+    return info["ratio_mean"]
+
+
+def _live_token_gradient():
+    """∂loss/∂log π of the right answer's token: one live group [1, 0, 0, 0], one dead group, |o| = 1."""
+    import torch
+
+    from grpo_edu.core.advantages import group_advantages
+    from grpo_edu.core.losses import grpo_loss
+
+    adv = group_advantages(torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float64)).reshape(-1)
+    logprobs = torch.full((8, 1), -0.5, dtype=torch.float64, requires_grad=True)          # (N, |o| = 1)
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), adv, torch.ones_like(logprobs), loss_type="grpo")
+    loss.backward()
+    return logprobs.grad[0, 0].item()
+
+
+def _sequence_logprob_ref(token_logprobs, mask):
+    return (np.asarray(token_logprobs) * np.asarray(mask)).sum(axis=1)
+
+
+def _token_logprob_input(rng):
+    N, T = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+    lengths = rng.integers(1, T + 1, size=N)
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)          # (N, T)
+    return (np.log(rng.uniform(0.01, 1.0, size=(N, T))), mask)
+
+
+def _trl_steps(total_training_steps, num_iterations):
+    """Optimizer updates (TRL's "steps") of a grpo_edu run: steps × num_iterations."""
+    from grpo_edu.training.config import GRPOConfig
+
+    config = GRPOConfig(total_training_steps=total_training_steps, num_iterations=num_iterations)
+    return config.schedule(2000).total_steps * config.num_iterations
+
+
+def _to_trl_value(batch_size, G, micro, processes, key):
+    from grpo_edu.beyond.export import to_trl
+    from grpo_edu.training.config import GRPOConfig
+
+    return to_trl(GRPOConfig(batch_size=batch_size, num_generations=G, micro_batch_size=micro),
+                  num_processes=processes)[0][key]
+
+
+def _verl_batch(batch_size, G, n_gpus):
+    from grpo_edu.beyond.export import to_verl
+    from grpo_edu.training.config import GRPOConfig
+
+    pairs = dict(to_verl(GRPOConfig(batch_size=batch_size, num_generations=G), n_gpus=n_gpus)[1]["pairs"])
+    return [pairs["data.train_batch_size"], pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]]
+
+
+def _optimizer_gib(name, n_gpus, stage):
+    from grpo_edu.beyond.memory import ARCHITECTURES, memory_per_gpu
+
+    parts, _ = memory_per_gpu(ARCHITECTURES[name], n_gpus=n_gpus, zero_stage=stage)
+    return parts["AdamW moments + fp32 master weights"]
+
+
+def _default_run_schedule():
+    """The schedule of ``GRPOConfig()`` on the addition task's train split."""
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.tasks import get_task
+
+    config = GRPOConfig()
+    return config.schedule(len(get_task(config.task).split("train")))
+
+
+def _bundled_heldout(n=100, **sampling):
+    """Per-sample correctness of the bundled model on the first ``n`` held-out prompts (seed 0)."""
+    from grpo_edu.training.evaluation import evaluate
+    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.tasks import get_task
+
+    task = get_task("addition")
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    result = evaluate(model, tokenizer, task.split("heldout", n), task, seed=0, **sampling)
+    return [s[3] for s in result["samples"]]
+
+
+def _pass_at_k(n=100, k=8):
+    """Fraction of the first ``n`` held-out prompts with at least one right answer among k samples."""
+    correct = _bundled_heldout(n, num_samples=k)
+    return sum(any(correct[i:i + k]) for i in range(0, len(correct), k)) / n
+
+
+# --- code exercises: references and seeded random inputs -----------------------------------
+
+def _group_advantages_ref(rewards):
+    from grpo_edu.core.advantages import group_advantages
+
+    return group_advantages(rewards)
+
+
+def _rewards_input(rng):
+    """A (B, G) reward table; small G and few reward values, so dead groups turn up."""
+    B, G = int(rng.integers(1, 5)), int(rng.integers(2, 9))
+    if rng.random() < 0.5:
+        return (rng.integers(0, 2, size=(B, G)).astype(float),)          # right / wrong
+    return (rng.choice([0.0, 0.25, 0.5, 1.0], size=(B, G)),)              # partial credit
+
+
+def _zero_std_ref(rewards):
+    from grpo_edu.core.advantages import zero_std_groups
+
+    return zero_std_groups(rewards)
+
+
+def _clipped_loss_ref(ratio, advantage, epsilon):
+    """−min(r·Â, clip(r, 1 − ε, 1 + ε)·Â) per token, one ``grpo_loss`` call per token."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    out = []
+    for r, a in zip(ratio, advantage):
+        logprobs = torch.tensor([[math.log(r)]], dtype=torch.float64)
+        loss, _ = grpo_loss(logprobs, torch.zeros_like(logprobs), torch.tensor([float(a)], dtype=torch.float64),
+                            torch.ones_like(logprobs), epsilon=epsilon)
+        out.append(loss.item())
+    return np.array(out)
+
+
+def _clip_input(rng):
+    n = int(rng.integers(3, 9))
+    return (rng.uniform(0.5, 1.6, size=n), rng.normal(0, 1.5, size=n), float(rng.choice([0.1, 0.2, 0.3])))
+
+
+def _k3_ref(logprobs, ref_logprobs):
+    from grpo_edu.core.kl import kl_estimate
+
+    return kl_estimate(logprobs, ref_logprobs, kind="k3")
+
+
+def _logprob_input(rng):
+    n = int(rng.integers(3, 9))
+    logprobs = np.log(rng.uniform(0.01, 1.0, size=n))
+    return (logprobs, logprobs + rng.normal(0, 0.5, size=n))
+
+
+def _evicted_by(stored, newcomer):
+    """Fill a buffer of capacity len(stored) with (Â, round) samples, offer ``newcomer``; return what left."""
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    buffer = ReplayBuffer(len(stored), top_fraction=1.0)
+    for i, (adv, rnd) in enumerate(stored):
+        buffer.add([ReplaySample(f"q{i}", "a", adv, 1.0)], round=rnd)
+    before = {s.question: (s.advantage, r) for s, r in buffer.entries()}
+    buffer.add([ReplaySample("new", "a", newcomer[0], 1.0)], round=newcomer[1])
+    after = {s.question for s, _ in buffer.entries()}
+    gone = [list(v) for q, v in before.items() if q not in after]
+    return gone[0] if gone else "none"
+
+
+def _admitted_ref(advantages, top_fraction, min_advantage):
+    """The buffer's admission rule, run on a fresh buffer: which of one add's samples get in."""
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    buffer = ReplayBuffer(len(advantages) + 1, top_fraction=top_fraction, min_advantage=min_advantage)
+    buffer.add([ReplaySample(str(i), "a", float(a), 1.0) for i, a in enumerate(advantages)], round=0)
+    stored = {int(s.question) for s in buffer.samples()}
+    return np.array([i in stored for i in range(len(advantages))])
+
+
+def _admission_input(rng):
+    n = int(rng.integers(3, 17))
+    advantages = np.round(rng.normal(0, 1, size=n), 1)           # rounded: ties happen
+    return (advantages, float(rng.choice([0.3, 0.5, 1.0])), float(rng.choice([0.0, 0.5])))
+
+
+def _replay_count(num_new, replay_ratio):
+    from grpo_edu.training.replay import replay_count
+
+    return replay_count(num_new, replay_ratio)
+
+
+def _replay_composition(num_new, replay_ratio, buffer_size):
+    from grpo_edu.training.replay import replay_composition
+
+    return replay_composition(num_new, replay_ratio, buffer_size)
+
+
+def _composite(weights, completions, answer="46"):
+    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
+
+    funcs = {"correctness": correctness, "brevity": brevity_reward(4), "format": format_reward(3)}
+    reward = combine(**{name: (funcs[name], w) for name, w in weights.items()})
+    return reward(["12+34="] * len(completions), list(completions), answer=[answer] * len(completions))
+
+
+EXERCISES: dict[str, Any] = {
+    # lesson 01: batch, step, epoch
+    "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
+                     lambda: _schedule(dataset_size=3000, batch_size=12, num_generations=8,
+                                       total_epochs=1).steps_per_epoch,
+                     "steps per epoch = dataset_size // batch_size."),
+    "01.2": Exercise("3000 prompts, batch_size = 12, G = 8, total_epochs = 5, total_training_steps = 600. "
+                     "How many steps does the run take?",
+                     lambda: _schedule(dataset_size=3000, batch_size=12, num_generations=8, total_epochs=5,
+                                       total_training_steps=600).total_steps,
+                     "the run stops at whichever limit comes first: compare 600 with 5 × steps_per_epoch."),
+    "01.3": Exercise("batch_size = 6, G = 8, micro_batch_size = 16. How many gradient-accumulation passes "
+                     "make one optimizer step?",
+                     lambda: _schedule(dataset_size=600, batch_size=6, num_generations=8, total_epochs=1,
+                                       micro_batch_size=16).gradient_accumulation_steps,
+                     "a step holds batch_size × G completions; each pass handles micro_batch_size of them."),
+    "01.4": Exercise("1000 prompts, batch_size = 64. How many prompts are left out of every epoch?",
+                     lambda: _schedule(dataset_size=1000, batch_size=64, num_generations=8,
+                                       total_epochs=1).dropped_per_epoch,
+                     "the incomplete last batch is dropped: dataset_size % batch_size."),
+    "01.5": Exercise("A grpo_edu run of 1000 steps uses num_iterations = 2. How many steps does TRL's log show "
+                     "for the same run, since TRL counts optimizer updates?",
+                     lambda: _trl_steps(1000, 2),
+                     "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates."),
+    # lesson 06: data replay
+    "06.1": Exercise("A step has 70 new completions and replay_ratio = 0.3. How many replayed samples join them?",
+                     lambda: _replay_count(70, 0.3),
+                     "replay_ratio is the replayed share of the total: k / (70 + k) = 0.3."),
+    "06.2": Exercise("Seed 000 also says: sample replayed data equal to 30 % of the new data. With 100 new "
+                     "samples, what replay_ratio (replayed share of the total) is that? (4 decimals)",
+                     lambda: round(_replay_composition(100, 30 / 130, 10_000)["replayed share of the total"], 4),
+                     "30 replayed for 100 new: the total is 130.", tolerance=1e-4),
+    "06.3": Exercise("A full buffer of capacity 3 holds samples with (Â, round) = (0.8, 1), (0.5, 2), (0.5, 1). "
+                     "A newcomer with Â = 0.6 arrives in round 3. Which sample leaves? Answer [Â, round].",
+                     lambda: _evicted_by([(0.8, 1), (0.5, 2), (0.5, 1)], (0.6, 3)),
+                     "lowest advantage first; among equal advantages, the oldest round."),
+    "06.4": Exercise("A buffer holds 10,000 samples and each step draws 55 of them (128 new at replay_ratio 0.3). "
+                     "On average, how many steps pass between two draws of one stored sample? (1 decimal)",
+                     lambda: round(_replay_composition(128, 0.3, 10_000)["steps between draws of one stored sample"], 1),
+                     "each step draws a given sample with probability 55 / 10,000.", tolerance=0.1),
+    "06.5": CodeExercise("Write my_admitted(advantages, top_fraction, min_advantage): advantages is a numpy array "
+                         "of one step's n samples; return n booleans, True for each sample the buffer admits: "
+                         "advantage > min_advantage and among the first ⌈top_fraction · n⌉ when sorted by "
+                         "advantage, highest first (on a tie, the one offered first ranks higher).",
+                         _admitted_ref, _admission_input,
+                         "rank with a stable sort: np.argsort(-advantages, kind='stable')[:math.ceil(top_fraction * n)]; "
+                         "then also require advantages > min_advantage."),
+    # lesson 07: reward design
+    "07.1": Exercise("With the guide's weights (0.6 correctness, 0.2 brevity_reward(4), 0.2 format_reward(3)), what "
+                     "reward R does the answer '46' get for 12+34=?",
+                     lambda: round(_composite({"correctness": 0.6, "brevity": 0.2, "format": 0.2}, ["46"])[0], 4),
+                     "right (1), brevity 1 − 2/4, well formed (1): weigh and add."),
+    "07.2": Exercise("A component gives every answer of a G = 4 group the same reward 0.2. What advantage does it "
+                     "give each answer? (a list of 4 numbers)",
+                     lambda: _adv([0.2, 0.2, 0.2, 0.2]),
+                     "subtracting the group mean removes whatever all answers share."),
+    "07.3": Exercise("Rewards [10, 0, 0, 0] with scale='group' (eps = 1e-4). Advantage of the first answer? "
+                     "(4 decimals)",
+                     lambda: round(_adv([10, 0, 0, 0])[0], 4),
+                     "μ and σ both grow tenfold compared with [1, 0, 0, 0]; only eps does not.", tolerance=1e-4),
+    "07.4": Exercise("Weights 0.2 correctness and 0.8 brevity_reward(4). Rewards of the empty answer '' and of the "
+                     "right answer '46'? Answer [R(''), R('46')].",
+                     lambda: [round(r, 4) for r in _composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
+                     "'' is not right but has length 0; '46' is right with length 2."),
+    # lesson 09: the diagnostics clinic
+    "09.1": Exercise("A batch's success rate is p = 0.45 and G = 2. What share of groups do you expect to be dead "
+                     "(all answers right or all wrong)? (4 decimals)",
+                     lambda: round(_dead(0.45, 2), 4),
+                     "a group is dead when all G answers are right (p^G) or all wrong ((1 − p)^G)."),
+    "09.2": Exercise("The same p = 0.45 with G = 8: what share of groups do you expect to be dead? (4 decimals)",
+                     lambda: round(_dead(0.45, 8), 4),
+                     "p^8 + (1 − p)^8: both terms are tiny.", tolerance=1e-4),
+    "09.3": Exercise("A run's reward, averaged over a few steps, peaked at 0.6; rewards never went below 0. Up to "
+                     "what mean reward at the end of the run does diagnose call it reward_collapse?",
+                     lambda: _collapse_threshold(0.6),
+                     "the rule's threshold is a quarter of the way from the floor (0) to the peak."),
+    # lesson 10: graduation to TRL and verl
+    "10.1": Exercise("B = 16, G = 8 on 4 processes, micro_batch_size = 16. What per_device_train_batch_size and "
+                     "gradient_accumulation_steps give TRL the same step? Answer [per_device, accumulation].",
+                     lambda: [_to_trl_value(16, 8, 16, 4, k) for k in ("per_device_train_batch_size",
+                                                                       "gradient_accumulation_steps")],
+                     "128 completions per step, 32 per process, in micro-batches of 16."),
+    "10.2": Exercise("The same B = 16, G = 8 in verl on 4 GPUs, no micro_batch_size. What are data.train_batch_size "
+                     "and ppo_micro_batch_size_per_gpu? Answer [train_batch_size, micro_per_gpu].",
+                     lambda: _verl_batch(16, 8, 4),
+                     "verl counts data.train_batch_size in prompts; the micro-batch is completions on one GPU."),
+    "10.3": Exercise("Qwen2.5-7B (7,615,616,512 parameters) on 8 GPUs with ZeRO stage 1: how many GiB per GPU do "
+                     "AdamW's moments and the fp32 master weights take? (2 decimals)",
+                     lambda: round(_optimizer_gib("Qwen2.5-7B", 8, 1), 2),
+                     "12 bytes per parameter (4 + 4 + 4), split 8 ways; 1 GiB = 1024³ bytes.", tolerance=0.01),
+    # lesson 02: group advantages
+    "02.1": Exercise("Rewards [1, 0, 0, 0] for G = 4 (default eps = 1e-4). What is the advantage of the "
+                     "correct answer? (4 decimals)",
+                     lambda: _adv([1, 0, 0, 0])[0],
+                     "μ = 0.25; σ is the unbiased std (divide by G − 1 = 3)."),
+    "02.2": Exercise("Rewards [0.5, 0.5, 0.5, 0.5]. What are the four advantages?",
+                     lambda: _adv([0.5, 0.5, 0.5, 0.5]),
+                     "every answer is exactly average: there is nothing to prefer."),
+    "02.3": Exercise("Rewards [2, 0, 0, 0] with scale='none' (Dr. GRPO). Advantage of the first answer?",
+                     lambda: _adv([2, 0, 0, 0], scale="none")[0],
+                     "scale='none' only subtracts the group mean."),
+    "02.4": CodeExercise("Write my_group_advantages(rewards): rewards is a (B, G) numpy array; return the (B, G) "
+                         "array Â = (R − μ)/(σ + 1e-4) per row, σ unbiased, and exactly 0 for a row whose "
+                         "rewards are all equal.",
+                         _group_advantages_ref, _rewards_input,
+                         "μ and σ are per row (axis=1, keepdims=True); σ divides by G − 1 (ddof=1); a row with "
+                         "σ = 0 must give 0, not NaN.", tolerance=1e-3),
+    # lesson 03: zero-σ groups
+    "03.1": Exercise("A prompt is solved with probability p = 0.9 and G = 4. Chance that its group is dead? "
+                     "(4 decimals)",
+                     lambda: round(_dead(0.9, 4), 4),
+                     "dead = all right or all wrong: p^G + (1 − p)^G.", tolerance=1e-4),
+    "03.2": Exercise("Same p = 0.9, but G = 16. Chance that the group is dead? (4 decimals)",
+                     lambda: round(_dead(0.9, 16), 4),
+                     "p^G + (1 − p)^G with G = 16.", tolerance=1e-4),
+    "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
+                     lambda: round(_dead(0.5, 2, 4), 4),
+                     "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
+    "03.4": CodeExercise("Write my_zero_std_groups(rewards): rewards is a (B, G) numpy array; return B booleans, "
+                         "True where all G rewards of the row are equal (a dead group).",
+                         _zero_std_ref, _rewards_input,
+                         "compare each row's largest and smallest reward: rewards.max(axis=1) == rewards.min(axis=1)."),
+    # lesson 04: clipped loss and KL
+    "04.1": Exercise("ε = 0.2, Â = +1, and the new policy made a token 1.5 times as likely (r = 1.5). "
+                     "What is this token's objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â)?",
+                     lambda: _objective(1.5, 1.0),
+                     "clip(1.5, 0.8, 1.2) = 1.2; take the smaller of 1.5·Â and 1.2·Â."),
+    "04.2": Exercise("ε = 0.2, Â = −1, r = 0.5. What is the token's objective? (the min picks the worse case)",
+                     lambda: _objective(0.5, -1.0),
+                     "r·Â = −0.5 and clip(0.5, 0.8, 1.2)·Â = −0.8; min takes the smaller (more negative) one."),
+    "04.3": Exercise("The policy gives a token probability 0.5, the reference model 0.25. "
+                     "What is the k3 estimate of the KL for this token? (4 decimals)",
+                     lambda: round(_k3(0.5, 0.25), 4),
+                     "with ρ = π_ref/π_θ = 0.5: k3 = ρ − log ρ − 1.", tolerance=1e-4),
+    "04.4": Exercise("Two answers, 2 tokens and 8 tokens, both with Â = 1, loss_type = 'grpo'. What is the "
+                     "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
+                     lambda: _token_weight((2, 8), "grpo", 1),
+                     "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
+    "04.5": CodeExercise("Write my_clipped_loss(ratio, advantage, epsilon): ratio and advantage are numpy arrays, "
+                         "one entry per token; return each token's loss −min(r·Â, clip(r, 1 − ε, 1 + ε)·Â).",
+                         _clipped_loss_ref, _clip_input,
+                         "np.clip(ratio, 1 - epsilon, 1 + epsilon); np.minimum of the two products; "
+                         "then the minus sign."),
+    "04.6": CodeExercise("Write my_k3(logprobs, ref_logprobs): numpy arrays of log π_θ and log π_ref of the sampled "
+                         "tokens; return the k3 estimate per token.",
+                         _k3_ref, _logprob_input,
+                         "with log ρ = ref_logprobs − logprobs: k3 = exp(log ρ) − log ρ − 1."),
+    # lesson 05: one GRPO step, short runs
+    "05.1": Exercise("On the first update of a batch, π_θ is still the policy that sampled the answers. "
+                     "What is the mean probability ratio r = π_θ / π_θold?",
+                     _on_policy_ratio,
+                     "the same model gave the same log-probabilities: exp(logprobs − old_logprobs) = exp(0)."),
+    "05.2": Exercise("One group of G = 8 answers has rewards [1, 0, 0, 0, 0, 0, 0, 0]. What is the advantage "
+                     "of the single right answer? (4 decimals)",
+                     lambda: round(_adv([1, 0, 0, 0, 0, 0, 0, 0])[0], 4),
+                     "μ = 1/8; σ is the unbiased std of the 8 rewards; Â = (1 − μ)/(σ + 1e-4).", tolerance=1e-4),
+    "05.3": Exercise("At temperature 0.3 the bundled model answers about 97 % of the prompts right (p = 0.97). "
+                     "With G = 8, what share of groups do you expect to be dead? (4 decimals)",
+                     lambda: round(_dead(0.97, 8), 4),
+                     "dead = all right or all wrong: p^G + (1 − p)^G.", tolerance=1e-4),
+    "05.4": Exercise("G = 2 and the model is right with p = 0.5. What is the chance that a group is dead?",
+                     lambda: _dead(0.5, 2),
+                     "two answers: both right (p²) or both wrong ((1 − p)²)."),
+    "05.5": Exercise("A step has two groups of G = 4: rewards [1, 0, 0, 0] and [0, 0, 0, 0]. Every answer is one "
+                     "token long; it is the first update (r = 1), β = 0, loss_type = 'grpo'. The loss is 0. What "
+                     "is ∂loss/∂log π of the right answer's token? (4 decimals)",
+                     _live_token_gradient,
+                     "−Â/(N·|o|): Â of the right answer is 0.75/(0.5 + 1e-4), N = 8 answers (the dead group counts "
+                     "in N too), |o| = 1.", tolerance=1e-4),
+    "05.6": CodeExercise("Write my_sequence_logprob(token_logprobs, mask): (N, T) numpy arrays of the log-prob of "
+                         "each completion token and the completion mask (1 up to and including <eos>); return the "
+                         "N log-probabilities of the whole answers.",
+                         _sequence_logprob_ref, _token_logprob_input,
+                         "log π(answer) is the sum of its tokens' log-probs; masked-out tokens (after <eos>) add nothing."),
+    # lesson 08: the full run
+    "08.1": Exercise("The default run has batch_size B = 16 and G = 8. On one GPU without gradient "
+                     "accumulation, what per_device_train_batch_size gives TRL the same step?",
+                     lambda: _default_run_schedule().completions_per_step,
+                     "TRL counts completions, not prompts: B · G."),
+    "08.2": Exercise("How many epochs (passes over the 7600 train prompts) does the default 1500-step run "
+                     "make? (3 decimals)",
+                     lambda: round(_default_run_schedule().epochs_completed, 3),
+                     "steps per epoch = 7600 // 16; epochs = 1500 / steps per epoch."),
+    "08.3": Exercise("Greedy accuracy (temperature 0) of the bundled model on the first 100 held-out prompts?",
+                     lambda: sum(_bundled_heldout(100, temperature=0)) / 100,
+                     "evaluate(model, tokenizer, task.split('heldout', 100), task, temperature=0)['accuracy']."),
+    "08.4": Exercise("pass@8 of the bundled model: on what fraction of the first 100 held-out prompts is at "
+                     "least one of 8 samples right (temperature 1, seed 0)?",
+                     _pass_at_k,
+                     "evaluate(..., num_samples=8, seed=0); the samples come 8 per prompt, in order; "
+                     "count the prompts with any right sample."),
+}
+
+
+CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few_live_groups", "no_progress",
+               "completion_truncated", "reward_up_accuracy_down", "entropy_collapse", "kl_runaway")
+"""Lesson 09's menu of diagnoses: the findings a learner chooses from for each sick run."""
+
+PREDICTIONS: dict[str, Prediction] = {
+    "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
+                        "= 1000. How many epochs does the run make?", tolerance=1e-9),
+    "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
+                        "does the right answer get?", tolerance=0.25),
+    "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
+                        tolerance=0.2),
+    "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
+                        "gradient coming from the 4 live groups becomes what fraction of what it was?",
+                        tolerance=0.05),
+    "04.P1": Prediction("Â = +1, ε = 0.2, and an update has moved the token the wrong way: r = 0.7, below "
+                        "1 − ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
+                        choices=("zero", "not zero")),
+    "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
+                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
+    "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
+                        "from addition's notebook, what will addition's held-out accuracy be at the end of phase B "
+                        "(0–1)? It was about 0.77 before phase B.", tolerance=0.1),
+    "07.P1": Prediction("Train 100 steps with 0.2 × correctness + 0.8 × brevity. Held-out accuracy starts near 0.5. "
+                        "What will it be after the run (0–1)?", tolerance=0.1),
+    "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
+                        "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
+                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
+    **{f"09.P{i}": Prediction(f"Case {i}, {case}: which finding will diagnose rank first? One of: "
+                              + ", ".join(CLINIC_MENU) + ".", choices=CLINIC_MENU)
+       for i, case in enumerate(("learning rate 10× too high", "a broken reward", "temperature 0.3", "G = 2",
+                                 "β = 10", "max_completion_length = 2", "brevity weighted 0.8"), start=1)},
+    "04.P2": Prediction("Put k1 = log π_θ − log π_ref in the loss. Averaged over tokens sampled from π_θ, is "
+                        "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
+                        "'something else'?",
+                        choices=("zero", "the kl gradient", "something else")),
+    "10.P1": Prediction("The same 60-step run in grpo_edu and in TRL (exported settings, same model, prompts and "
+                        "seed). Their held-out accuracies at the end will be: 'within 6 points', 'TRL ahead by "
+                        "more' or 'grpo_edu ahead by more'?",
+                        choices=("within 6 points", "trl ahead by more", "grpo_edu ahead by more")),
+    "10.P2": Prediction("Now TRL on 2 processes, each taking half of every step's answers. Compared with one "
+                        "process, its learning curve will be: 'the same within noise', 'faster' or 'slower'?",
+                        choices=("the same within noise", "faster", "slower")),
+}
+"""Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

@@ -1,0 +1,193 @@
+"""Catastrophic forgetting (灾难性遗忘), measured: train on task A, then on task B, and watch A.
+
+Lesson 06's experiment in two phases. Phase A trains on task A and fills a replay buffer
+file; phase B starts from phase A's policy, trains on task B, and may replay A's stored
+answers at some ``replay_ratio``. Along the way held-out accuracy is probed on *both*
+tasks: A's tells how much is kept (retention), B's how much is learned.
+
+Everything here is the ordinary trainer (``GRPOTrainer``) with its ordinary config; this
+module only runs it step by step and probes accuracy, so the experiment cannot drift from
+what ``grpo-edu train --replay-ratio …`` does.
+"""
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from grpo_edu.common import _checks
+from grpo_edu.training.rollout import completion_logprobs, generate
+from grpo_edu.training.tasks import get_task
+
+
+@dataclass
+class PhaseRecord:
+    """What one phase measured: probe accuracies by step, and the trainer's per-step metrics."""
+
+    replay_ratio: float
+    steps: list = field(default_factory=list)
+    """Steps at which the probes ran (0 = before the phase's first update)."""
+    accuracy: dict = field(default_factory=dict)
+    """{task name: held-out accuracy at each of ``steps``}."""
+    entropy: dict = field(default_factory=dict)
+    """{task name: mean token entropy of the policy's answers to that task, at each of ``steps``}."""
+    history: list = field(default_factory=list)
+    """The trainer's metrics dict of every step."""
+    seconds: float = 0.0
+
+    def to_dict(self):
+        return asdict(self)
+
+
+@torch.no_grad()
+def probe(model, tokenizer, probes, *, num_samples, seed, max_new_tokens):
+    """{task name: (accuracy, entropy)} of ``model`` on each task's held-out rows.
+
+    ``num_samples`` answers per prompt, sampled at temperature 1 from a generator seeded with
+    ``seed`` (the trainer's own is untouched). The entropy is the mean, over the answers'
+    tokens, of H(π(·|q, o_<t)): how unsure the policy is while it answers that task.
+    """
+    out = {}
+    for name, rows in probes.items():
+        task = get_task(name)
+        generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+        rollout = generate(model, tokenizer, [r["prompt"] for r in rows], num_generations=num_samples,
+                           max_new_tokens=max_new_tokens, temperature=1.0, generator=generator)
+        answers = [rows[i // num_samples]["answer"] for i in range(len(rollout.completions))]
+        accuracy = sum(task.is_correct(c, a) for c, a in zip(rollout.completions, answers)) / len(answers)
+        _, entropy = completion_logprobs(model, rollout.input_ids, rollout.attention_mask,
+                                         rollout.completion_ids.shape[1], with_entropy=True)   # (N, T)
+        mask = rollout.completion_mask.bool()
+        out[name] = (accuracy, float(entropy[mask].mean()))
+    return out
+
+
+def run_phase(trainer, probes, *, probe_every, probe_samples=2, progress=True, desc="phase"):
+    """Train ``trainer`` through its schedule, probing accuracy every ``probe_every`` steps.
+
+    ``probes``: {task name: held-out rows}. Returns a :class:`PhaseRecord`; the trainer keeps
+    the trained policy and its buffer.
+    """
+    from grpo_edu.common.progress import progress_bar
+
+    _checks.positive_int("probe_every", probe_every)
+    if not probes:
+        _checks.fail("probes", "is empty", "pass {task name: held-out rows} for at least one task")
+    c = trainer.config
+    record = PhaseRecord(replay_ratio=c.replay_ratio, accuracy={name: [] for name in probes},
+                         entropy={name: [] for name in probes})
+    t0 = time.perf_counter()
+
+    def measure():
+        was_training = trainer.model.training
+        trainer.model.eval()
+        scores = probe(trainer.model, trainer.tokenizer, probes, num_samples=probe_samples, seed=c.seed,
+                       max_new_tokens=c.max_completion_length)
+        trainer.model.train(was_training)
+        record.steps.append(trainer.step_count)
+        for name, (accuracy, entropy) in scores.items():
+            record.accuracy[name].append(accuracy)
+            record.entropy[name].append(entropy)
+
+    measure()
+    total = trainer.schedule.total_steps
+    # mininterval: a cell that runs several phases must stay under 1000 widget messages (see progress_bar)
+    with progress_bar(total, desc=desc, disable=not progress, mininterval=1.0) as bar:
+        while trainer.step_count < total:
+            record.history.append(trainer.step())
+            bar.update(1)
+            if trainer.step_count % probe_every == 0 or trainer.step_count == total:
+                measure()
+                bar.set_postfix({name: f"{acc[-1]:.0%}" for name, acc in record.accuracy.items()}, refresh=False)
+    record.seconds = time.perf_counter() - t0
+    return record
+
+
+# --- lesson 06's experiment ---------------------------------------------------------------------
+TASK_A, TASK_B = "addition", "subtraction"
+PHASE_A_STEPS, PHASE_B_STEPS = 60, 150
+PROBE_ROWS, PROBE_SAMPLES = 200, 4
+"""Each probe: 200 held-out prompts per task × 4 sampled answers (about ±1.5 points of noise)."""
+
+
+def default_probes(n=None):
+    """{task: its first ``n`` (default PROBE_ROWS) held-out rows} for both tasks of the experiment."""
+    return {name: get_task(name).split("heldout", n or PROBE_ROWS) for name in (TASK_A, TASK_B)}
+
+
+def phase_a(model, tokenizer, notebook_file, *, seed=0, probes=None, progress=True):
+    """GRPO on task A for PHASE_A_STEPS default steps, filling a replay buffer file (no replay yet).
+
+    Returns (trainer, PhaseRecord); the file is closed and ready for phase B to copy.
+    """
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(task=TASK_A, total_training_steps=PHASE_A_STEPS, eval_size=0, seed=seed,
+                                     replay_path=str(notebook_file)), model=model, tokenizer=tokenizer)
+    record = run_phase(trainer, probes or default_probes(), probe_every=20, probe_samples=PROBE_SAMPLES,
+                       progress=progress, desc=f"phase A ({TASK_A})")
+    trainer.replay_buffer.close()
+    return trainer, record
+
+
+def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes=None, progress=True):
+    """GRPO on task B for PHASE_B_STEPS steps from the policy of trainer ``start`` (phase A's),
+    replaying a fresh copy of phase A's buffer file at ``replay_ratio``. Returns a PhaseRecord.
+
+    Every run gets its own copy of the file, so each starts from the same notebook of A's answers.
+    """
+    import copy
+    import shutil
+    from pathlib import Path
+
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    notebook_file = Path(notebook_file)
+    notebook = notebook_file.with_name(f"{notebook_file.stem}_lr{learning_rate:g}_replay{replay_ratio:g}.sqlite")
+    shutil.copy(notebook_file, notebook)
+    trainer = GRPOTrainer(GRPOConfig(task=TASK_B, total_training_steps=PHASE_B_STEPS, learning_rate=learning_rate,
+                                     eval_size=0, seed=seed, replay_ratio=replay_ratio, replay_path=str(notebook)),
+                          model=copy.deepcopy(start.model), tokenizer=start.tokenizer)
+    record = run_phase(trainer, probes or default_probes(), probe_every=25, probe_samples=PROBE_SAMPLES,
+                       progress=progress, desc=f"phase B, lr {learning_rate:g}, replay {replay_ratio:.0%}")
+    trainer.replay_buffer.close()
+    return record
+
+
+def main(argv=None):
+    """``python -m grpo_edu.course.forgetting``: lesson 06's experiment for several seeds, as a table."""
+    import argparse
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
+
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.forgetting", description=main.__doc__)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.1, 0.3, 0.5])
+    parser.add_argument("--learning-rate", type=float, default=1e-3, help="phase B's (default 1e-3)")
+    args = parser.parse_args(argv)
+    print(f"phase A: {PHASE_A_STEPS} steps of {TASK_A}; phase B: {PHASE_B_STEPS} steps of {TASK_B} at lr "
+          f"{args.learning_rate:g}; held-out accuracy on {PROBE_ROWS} prompts × {PROBE_SAMPLES} samples per task")
+    print(f"{'seed':>4} {'replay':>6} | {TASK_A + ' before':>16} {'lowest':>7} {'after':>6} | "
+          f"{TASK_B + ' before':>19} {'after':>6} | {'seconds':>7}")
+    for seed in args.seeds:
+        with tempfile.TemporaryDirectory() as folder:
+            model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
+            start, _ = phase_a(model, tokenizer, Path(folder) / "a.sqlite", seed=seed, progress=False)
+            for ratio in args.ratios:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")            # ratios outside 10–50 % warn; asked for here
+                    r = phase_b(start, Path(folder) / "a.sqlite", replay_ratio=ratio,
+                                learning_rate=args.learning_rate, seed=seed, progress=False)
+                a, b = r.accuracy[TASK_A], r.accuracy[TASK_B]
+                print(f"{seed:>4} {ratio:>6.0%} | {a[0]:>16.3f} {min(a):>7.3f} {a[-1]:>6.3f} | "
+                      f"{b[0]:>19.3f} {b[-1]:>6.3f} | {r.seconds:>7.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""The README's pictures, made from the real lessons and the real main job.
+
+``python -m grpo_edu.course.screenshots`` writes into ``assets/figures/``:
+
+* ``lesson01_panel.png``: lesson 01's schedule panel live in JupyterLab (headless Chromium,
+  through :mod:`grpo_edu.course.browser`, the tooling of the browser test), after a student's two moves:
+  batch_size 4 → 5 with the arrow key, and 1500 typed into dataset_size's readout.
+* ``main_job_curves.png``: ``viz.training_curves`` of the main job, ``grpo-edu train``'s
+  defaults (1500 steps, seed 0), trained here; about 2 minutes on a 2-core CPU.
+
+``--only panel`` or ``--only curves`` makes one of them.
+"""
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from grpo_edu.training.models import ASSETS
+
+FIGURES = ASSETS / "figures"
+
+
+def panel_screenshot(out=FIGURES / "lesson01_panel.png"):
+    from grpo_edu.course import browser, viz, widgets
+
+    problem = browser.missing()
+    if problem:
+        raise SystemExit(f"cannot take the screenshot: {problem}")
+    with tempfile.TemporaryDirectory() as work, browser.jupyterlab(work) as base, browser.chromium() as chrome:
+        page = chrome.new_page(viewport={"width": 1100, "height": 1400}, device_scale_factor=1)
+        browser.open_lesson(page, base, "01_batch_step_epoch")
+        index = browser.run_to(page, "widgets.schedule_panel()", run_all=True)
+        cell = browser.cell(page, index)
+        browser.move(page, cell, "batch_size", "arrow", +1)
+        browser.move(page, cell, "dataset_size", "type", 1500)
+        panel = widgets.schedule_panel()                  # the same two moves in Python: the library's table
+        panel.controls["batch_size"].value = 5
+        panel.controls["dataset_size"].value = 1500
+        browser.wait_for_table(page, index, next(o for o in panel.outputs if isinstance(o, viz.Table))._cells())
+        page.wait_for_timeout(1000)                       # let the figure redraw too
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cell.locator(".jp-Cell-outputWrapper").screenshot(path=str(out))
+    return out
+
+
+def main_job_curves(out=FIGURES / "main_job_curves.png"):
+    from grpo_edu.course import viz
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig())                   # exactly grpo-edu train's defaults
+    trainer.train(progress=True)
+    before, after = trainer.evals[0]["accuracy"], trainer.evals[-1]["accuracy"]
+    fig = viz.training_curves(trainer.history, trainer.evals, figsize=(10, 5.2),
+                              title=f"grpo-edu train (defaults, seed 0): held-out accuracy {before:.1%} → {after:.1%}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80, bbox_inches="tight")
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.screenshots", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("panel", "curves"))
+    args = parser.parse_args(argv)
+    if args.only in (None, "panel"):
+        print("wrote", panel_screenshot())
+    if args.only in (None, "curves"):
+        print("wrote", main_job_curves())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

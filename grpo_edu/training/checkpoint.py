@@ -1,0 +1,291 @@
+"""Checkpoints: everything needed to continue a run exactly, in safe formats only.
+
+A run's output folder holds:
+
+* ``checkpoint-000040/`` …: one folder per saved step (below);
+* ``latest.json``: names the newest checkpoint and the run that wrote it;
+* ``.grpo_edu.lock``: present while a process writes there (see ``grpo_edu.training.run_folder``).
+
+A checkpoint folder holds:
+
+* ``model.safetensors`` + ``config.json`` + tokenizer files: the policy, loadable on its
+  own by ``from_pretrained`` (so ``grpo-edu eval`` can score it);
+* ``trainer_state.safetensors``: the optimizer's moment tensors and the RNG states;
+* ``trainer_state.json``: the step, the run's id and GRPOConfig, the optimizer's
+  hyper-parameters, the metrics logged so far, and the replay buffer (its samples and RNG
+  state) when the run keeps one.
+
+No pickle anywhere. Writing is atomic: the folder is written under a temporary name and
+renamed into place, and ``latest.json`` is replaced in one ``os.replace``. A run killed
+mid-write leaves the previous checkpoint and pointer intact.
+
+Nothing here deletes a file this run did not write. Every run has an id; old checkpoints
+are rotated only among those carrying this run's id, so ``checkpoint-best`` or an earlier
+run's folders are never touched. That one folder holds one run at a time is
+``grpo_edu.training.run_folder``'s job. Every file read is checked first: a damaged one is named,
+with the newest intact checkpoint to use instead.
+"""
+
+import errno
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from grpo_edu.common import _checks
+
+LATEST = "latest.json"
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+"""Names of the folders this module writes; ``checkpoint-best`` and the like never match."""
+TEMPORARY = re.compile(r"^\.checkpoint-\d+\.(tmp|old)-\d+$|^latest\.json\.tmp-\d+$")
+"""Names of the half-written files a killed run can leave behind."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint or output folder that cannot be used; the message names the file and the fix."""
+
+
+class CheckpointWriteError(CheckpointError, OSError):
+    """Writing a checkpoint failed (disk full, permissions); the previous checkpoint is intact."""
+
+
+def checkpoint_name(step):
+    return f"checkpoint-{step:06d}"
+
+
+def new_run_id():
+    """A fresh id for a run (from os.urandom: no torch RNG is drawn)."""
+    return uuid.uuid4().hex[:12]
+
+
+def _write_json(path, data):
+    tmp = Path(f"{path}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_json(path):
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+# --- what a folder holds ----------------------------------------------------------------
+def checkpoint_folders(folder):
+    """(step, path) of every grpo_edu checkpoint folder in ``folder``, oldest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        m = CHECKPOINT.match(path.name)
+        if m and (path / "trainer_state.json").exists():
+            found.append((int(m.group(1)), path))
+    return sorted(found)
+
+
+def run_id_of(checkpoint):
+    """The run id stored in a checkpoint folder; None when unreadable or written before run ids."""
+    try:
+        return _read_json(Path(checkpoint) / "trainer_state.json").get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def safetensors_problem(path):
+    """None if ``path`` is a complete safetensors file, else what is wrong with it (a phrase)."""
+    path = Path(path)
+    if not path.is_file():
+        return "is missing"
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if size < 8 or n > size - 8:
+                return f"is truncated ({size} bytes, too short for its own header)"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as err:
+        return f"is not a safetensors file ({err.__class__.__name__} reading its header)"
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    expected = 8 + n + max(ends, default=0)
+    if size < expected:
+        return f"is truncated ({size} of {expected} bytes)"
+    return None
+
+
+def checkpoint_problem(folder, *, to_resume=True):
+    """None if the checkpoint ``folder`` is complete, else (file, what is wrong).
+
+    ``to_resume=False`` checks only what loading the model needs (config and weights).
+    """
+    folder = Path(folder)
+    for name in ("trainer_state.json", "config.json") if to_resume else ("config.json",):
+        try:
+            data = _read_json(folder / name)
+        except FileNotFoundError:
+            return folder / name, "is missing"
+        except (OSError, ValueError) as err:
+            return folder / name, f"is not valid JSON ({err})"
+        if name == "trainer_state.json" and not {"step", "config", "optimizer", "metrics"} <= set(data):
+            return folder / name, "lacks the step, config, optimizer or metrics entries"
+    for name in ("model.safetensors", "trainer_state.safetensors") if to_resume else ("model.safetensors",):
+        problem = safetensors_problem(folder / name)
+        if problem:
+            return folder / name, problem
+    return None
+
+
+def intact_checkpoints(folder, *, to_resume=True):
+    """(step, path) of the complete checkpoints in ``folder``, newest first."""
+    return [(s, p) for s, p in reversed(checkpoint_folders(folder))
+            if checkpoint_problem(p, to_resume=to_resume) is None]
+
+
+def intact_hint(folder, arg):
+    """The "Fix:" part of a corrupt-checkpoint error: the newest intact checkpoint, if any."""
+    intact = intact_checkpoints(folder, to_resume=arg == "resume_from")
+    if not intact:
+        return f"no intact checkpoint is left in {folder}: start a new run (another output_dir, or --overwrite)"
+    flag = "--resume" if arg == "resume_from" else "--model"
+    return (f"use the newest intact checkpoint, {intact[0][1]} "
+            f"({flag} {intact[0][1]}, or {arg}={str(intact[0][1])!r} in Python)")
+
+
+def find_checkpoint(path, *, arg="resume_from"):
+    """(checkpoint folder, run folder) for a checkpoint folder or a run's output folder.
+
+    A run folder resolves through ``latest.json``. Every file of the chosen checkpoint is
+    checked (only the model's when ``arg`` is "model", to score it); a damaged one raises
+    :class:`CheckpointError` naming the file and offering the newest intact checkpoint.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        _checks.fail(arg, f"no folder at {path}", "pass a run's output_dir or one of its checkpoint-* folders",
+                     error=CheckpointError)
+    if (path / "trainer_state.json").exists():
+        folder = path
+        run_dir = path.parent if CHECKPOINT.match(path.name) else path
+    elif (path / LATEST).exists():
+        run_dir = path
+        try:
+            name = _read_json(path / LATEST)["checkpoint"]
+            folder = path / name
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            _checks.fail(arg, f"{path / LATEST} is damaged ({err.__class__.__name__}: {err})",
+                         intact_hint(path, arg), error=CheckpointError)
+        if not (folder / "trainer_state.json").exists():
+            _checks.fail(arg, f"{path / LATEST} names {name}, which is missing or incomplete",
+                         intact_hint(path, arg), error=CheckpointError)
+    elif checkpoint_folders(path):
+        _checks.fail(arg, f"{path} has checkpoint folders but no {LATEST}", intact_hint(path, arg),
+                     error=CheckpointError)
+    else:
+        _checks.fail(arg, f"{path} holds no checkpoint (no trainer_state.json or {LATEST})",
+                     "pass a run's output_dir or one of its checkpoint-* folders", error=CheckpointError)
+    problem = checkpoint_problem(folder, to_resume=arg == "resume_from")
+    if problem:
+        _checks.fail(arg, f"{problem[0]} {problem[1]}", intact_hint(run_dir, arg), error=CheckpointError)
+    return folder, run_dir
+
+
+# --- writing ------------------------------------------------------------------------------
+def _flatten_optimizer(opt_state):
+    """AdamW state_dict → (tensors for safetensors, JSON-able rest)."""
+    tensors, scalars = {}, {}
+    for idx, state in opt_state["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                tensors[f"optim.{idx}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{idx}.{key}"] = value
+    return tensors, {"param_groups": opt_state["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors, meta):
+    state = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            _, idx, key = name.split(".", 2)
+            state.setdefault(int(idx), {})[key] = value
+    for name, value in meta["scalars"].items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = value
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, config, metrics, run_id, keep=2,
+                    replay=None):
+    """Write ``output_dir/checkpoint-{step:06d}`` atomically, point latest.json at it, rotate.
+
+    ``replay``: the replay buffer's saved state (JSON data), stored in trainer_state.json.
+
+    Rotation keeps the newest ``keep`` checkpoints *of this run* (same ``run_id``) up to
+    ``step``; nothing else in the folder is touched. A failed write (disk full) removes its
+    temporary folder and raises :class:`CheckpointWriteError` naming the intact checkpoint.
+    Returns ``(path, info)``; ``info["removed"]`` lists the rotated-out folders.
+    """
+    output_dir = Path(output_dir)
+    name = checkpoint_name(step)
+    final = output_dir / name
+    tmp, old = output_dir / f".{name}.tmp-{os.getpid()}", output_dir / f".{name}.old-{os.getpid()}"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
+        tensors.update({f"rng.{k}": v.cpu() for k, v in rng.items()})
+        save_file(tensors, tmp / "trainer_state.safetensors")
+        _write_json(tmp / "trainer_state.json", {"step": step, "run_id": run_id, "config": config.to_dict(),
+                                                 "optimizer": optim_meta, "metrics": metrics,
+                                                 **({"replay": replay} if replay is not None else {})})
+        if final.exists():   # re-saving a step: the old copy goes only once the new one is complete
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+        _write_json(output_dir / LATEST, {"checkpoint": name, "step": step, "run_id": run_id})
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        intact = intact_checkpoints(output_dir)
+        kept = f"checkpoint {intact[0][0]} ({intact[0][1]}) is intact" if intact else "no earlier checkpoint exists"
+        what = "disk full" if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) else "could not write"
+        _checks.fail("output_dir", f"{what} while writing checkpoint {step} into {output_dir} "
+                     f"({err.__class__.__name__}: {err}); {kept}",
+                     f"free space (or fix the permissions) there, then resume with --resume {output_dir} "
+                     f"(train(resume_from={str(output_dir)!r}) in Python)", error=CheckpointWriteError)
+    except BaseException:            # interrupted (Ctrl-C, Jupyter's Stop): leave no half-written folder
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, {"removed": rotate(output_dir, run_id, step, keep)}
+
+
+def rotate(output_dir, run_id, step, keep):
+    """Delete this run's checkpoints before ``step`` beyond the newest ``keep`` (``step``'s included)."""
+    if not keep:
+        return []
+    ours = [(s, p) for s, p in checkpoint_folders(output_dir) if s < step and run_id_of(p) == run_id]
+    doomed = ours[:max(len(ours) - (keep - 1), 0)]
+    for _, path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return [p for _, p in doomed]
+
+
+# --- reading ------------------------------------------------------------------------------
+def load_trainer_state(path):
+    """(folder, run folder, state dict from JSON, optimizer state_dict, rng tensors) of a checkpoint."""
+    folder, run_dir = find_checkpoint(path)
+    state = _read_json(folder / "trainer_state.json")
+    try:
+        tensors = load_file(folder / "trainer_state.safetensors")
+        optim = _unflatten_optimizer(tensors, state["optimizer"])
+    except Exception as err:   # safetensors raises its own error types
+        _checks.fail("resume_from", f"{folder / 'trainer_state.safetensors'} cannot be read "
+                     f"({err.__class__.__name__}: {err})", intact_hint(run_dir, "resume_from"), error=CheckpointError)
+    rng = {k[len("rng."):]: v for k, v in tensors.items() if k.startswith("rng.")}
+    return folder, run_dir, state, optim, rng

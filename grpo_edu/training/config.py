@@ -1,0 +1,198 @@
+"""GRPOConfig: every knob of a GRPO run, in one frozen dataclass.
+
+Field names match the lessons, and TRL's ``GRPOConfig`` where TRL has the same knob (the
+notation table in ``grpo_edu.core.notation`` maps the rest, and verl's names). Every field is
+checked when the config is made, before any model loads; errors name the field and the fix.
+
+The defaults are tuned for the bundled tiny model on a laptop CPU, not for an LLM: a
+learning rate of 5e-6–2e-5 (seed 004's advice) suits a billion-parameter model that starts
+out good at the task; the 130k-parameter bundled model learns at 3e-4, decayed linearly to 0.
+"""
+
+import warnings
+from dataclasses import asdict, dataclass, fields
+
+from grpo_edu.common import _checks
+
+BUNDLED_MODEL = "bundled"
+"""The model name that means "the tiny model in assets/tiny-adder"."""
+
+CHOICES = {
+    "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo"),
+    "scale": ("group", "batch", "none"),
+    "device": ("auto", "cpu", "cuda"),
+    "lr_scheduler_type": ("linear", "constant"),
+}
+"""The allowed values of the choice fields (``task`` takes a name from ``grpo_edu.training.tasks.TASKS``)."""
+
+# fields that may differ when a run is resumed: they do not change what a step computes
+# (a new length changes the linear schedule's learning rate from the resumed step on: the
+# trainer warns when that happens)
+RESUMABLE_CHANGES = ("total_training_steps", "total_epochs", "output_dir", "checkpoint_every",
+                     "eval_size", "eval_every", "device", "gradient_checkpointing")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Settings of one GRPO run (see each field's docstring)."""
+
+    model: str = BUNDLED_MODEL
+    """A local model directory, a run's output folder (its latest checkpoint), a Hugging Face hub name
+    (needs internet), or "bundled"."""
+    task: str = "addition"
+    """Verifiable task giving the prompts and the reward (``grpo_edu.training.tasks.TASKS``)."""
+    dataset: str | None = None
+    """Optional prompt file (.json/.jsonl/.csv with "prompt" and "answer") instead of the task's train split."""
+
+    batch_size: int = 16
+    """B: prompts per step. Seed advice: at least 2–4, 8+ when memory allows."""
+    num_generations: int = 8
+    """G: completions per prompt (group size). Seed advice: 4–8; ≥ 8 for low-entropy instruct models."""
+    total_training_steps: int | None = 1500
+    """Hard stop, in steps (one step = sample, score, update). Usually reached first."""
+    total_epochs: int | None = None
+    """Back-stop, in passes over the prompts; the run stops at whichever limit comes first."""
+    micro_batch_size: int | None = None
+    """Completions per forward/backward pass (gradient accumulation); None = the whole step at once."""
+    gradient_checkpointing: bool = False
+    """Keep only each layer's input in the forward pass and recompute the rest during backward: the
+    activations' memory shrinks to about one layer's worth, for roughly a third more compute. The
+    gradient is the same. A memory knob for big models (lesson 10); the bundled model needs none."""
+    num_iterations: int = 1
+    """μ: optimizer updates per sampled batch (DeepSeekMath's inner loop). 1 = strictly on-policy."""
+
+    learning_rate: float = 3e-4
+    """AdamW step size at the first step. 5e-6–2e-5 for LLMs (seed 004); the 130k-parameter bundled model
+    takes 3e-4 (2e-3 makes it collapse within 30 steps: lesson 05)."""
+    lr_scheduler_type: str = "linear"
+    """How the learning rate changes over the run: "linear" (to 0 at the end, TRL's default) or "constant"."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping (global L2 norm); 0 turns it off."""
+    beta: float = 0.04
+    """β: weight of the KL(π_θ ‖ π_ref) penalty. 0 skips the reference model. TRL default 0.0, DeepSeekMath 0.04."""
+    epsilon: float = 0.2
+    """ε: clip range of the ratio r (lower side, and upper side unless epsilon_high is set); 0 < ε < 1."""
+    epsilon_high: float | None = None
+    """ε_high: upper clip range (DAPO's clip-higher uses 0.28; below epsilon warns); None = epsilon."""
+    temperature: float = 1.0
+    """Sampling temperature τ for rollouts (also divides the logits in the loss, as TRL does)."""
+    max_completion_length: int = 4
+    """Most new tokens per completion (|o| ≤ this); a completion cut here without <eos> is truncated.
+    4 fits every addition answer (up to 3 digits, then <eos>)."""
+    loss_type: str = "grpo"
+    """How per-token losses are averaged: "grpo", "bnpo", "dapo" or "dr_grpo" (see grpo_edu.core.losses)."""
+    scale: str = "group"
+    """Advantage scaling: "group" (σ per group), "batch" (σ of the batch) or "none" (Dr. GRPO)."""
+    seed: int = 0
+    """Seeds data order, sampling and the reference copy: same seed, same run (on CPU)."""
+
+    replay_ratio: float = 0.0
+    """Share of each step's training samples replayed from the buffer (lesson 06): 0.3 = 7 new : 3 replayed
+    (the source's default; 0.1–0.5 advised). 0 = no replay, and training is exactly what it is without a buffer."""
+    replay_capacity: int = 10_000
+    """Most samples the replay buffer holds (the lowest advantage, then the oldest, leave first)."""
+    replay_path: str | None = None
+    """Buffer file (.jsonl or .sqlite/.db) that outlives the run; None keeps the buffer in memory. With a path
+    the buffer is filled even at replay_ratio 0, so one run can fill it for a later run to replay."""
+    replay_top_fraction: float = 0.5
+    """Of each step's completions, only the top fraction by advantage may enter the buffer (source: 0.3–0.5)."""
+    replay_min_advantage: float = 0.0
+    """Only completions with advantage above this may enter the buffer (source: Â > 0)."""
+    replay_refresh_every: int = 0
+    """Every this many steps drop buffer samples older than replay_max_age steps (source: 10–20); 0 = never."""
+    replay_max_age: int | None = None
+    """Age in steps beyond which a refresh drops a sample; needed when replay_refresh_every > 0."""
+
+    eval_size: int = 500
+    """Held-out prompts scored before and after training (sampling at temperature 1); 0 skips."""
+    eval_every: int = 0
+    """Also score the held-out prompts every this many steps; 0 = only before and after."""
+    checkpoint_every: int = 0
+    """Write a checkpoint every this many steps (and at the end); 0 = never. Needs output_dir."""
+    output_dir: str | None = None
+    """Where checkpoints and the final model go (a folder of this run's own); None saves nothing.
+    ``grpo-edu train`` defaults to runs/<timestamp>/, and a resumed run to the folder it resumes."""
+    device: str = "auto"
+    """"auto" (CUDA when present, else CPU), "cpu" or "cuda". On CUDA the forward passes run in bf16 autocast."""
+    trust_remote_code: bool = False
+    """Allow a hub model to run its own Python code. Off: only turn on for code you have read."""
+
+    def __post_init__(self):
+        for name in ("batch_size", "num_generations", "num_iterations", "max_completion_length"):
+            _checks.positive_int(name, getattr(self, name), minimum=2 if name == "num_generations" else 1)
+        for name in ("learning_rate", "epsilon", "temperature"):
+            _checks.positive_float(name, getattr(self, name))
+        for name in ("beta", "max_grad_norm"):
+            _checks.positive_float(name, getattr(self, name), allow_zero=True)
+        if self.epsilon >= 1:
+            _checks.fail("epsilon", f"must be below 1, got {self.epsilon!r}: the lower clip bound 1 − ε would be ≤ 0",
+                         "pass a clip range in (0, 1), usually 0.2")
+        if self.epsilon_high is not None:
+            _checks.positive_float("epsilon_high", self.epsilon_high)
+            if self.epsilon_high < self.epsilon:
+                warnings.warn(f"epsilon_high: {self.epsilon_high} is below epsilon {self.epsilon}, so the upper clip "
+                              "is tighter than the lower one; DAPO's clip-higher uses epsilon_high > epsilon "
+                              "(0.28 with 0.2)", stacklevel=3)
+        for name in ("gradient_checkpointing", "trust_remote_code"):
+            if not isinstance(getattr(self, name), bool):
+                _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
+        for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
+            _checks.positive_int(name, getattr(self, name), minimum=0)
+        for name, allowed in CHOICES.items():
+            _checks.choice(name, getattr(self, name), allowed)
+        self._check_replay()
+        if self.checkpoint_every and not self.output_dir:
+            _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
+                         "pass output_dir=… (a folder), or checkpoint_every=0")
+        # batch_size, G, the stop conditions and micro-batching are checked by the schedule
+        # itself; the real dataset size is checked again once the prompts are loaded.
+        self.schedule(dataset_size=self.batch_size)
+
+    @property
+    def uses_replay_buffer(self):
+        """True when the run keeps a replay buffer: it replays from it, or fills a file for a later run."""
+        return self.replay_ratio > 0 or self.replay_path is not None
+
+    def _check_replay(self):
+        from grpo_edu.training.replay import check_path, check_replay_ratio, warn_unadvised_ratio
+
+        check_replay_ratio(self.replay_ratio)
+        warn_unadvised_ratio(self.replay_ratio, stacklevel=4)
+        _checks.positive_int("replay_capacity", self.replay_capacity)
+        if not (_checks.is_finite_number(self.replay_top_fraction) and 0 < self.replay_top_fraction <= 1):
+            _checks.fail("replay_top_fraction", f"must be in (0, 1], got {self.replay_top_fraction!r}",
+                         "pass e.g. 0.5 (the source: 0.3–0.5)")
+        _checks.finite_float("replay_min_advantage", self.replay_min_advantage, fix="pass e.g. 0.0 (the source: Â > 0)")
+        _checks.positive_int("replay_refresh_every", self.replay_refresh_every, minimum=0)
+        if self.replay_max_age is not None:
+            _checks.positive_int("replay_max_age", self.replay_max_age, minimum=0)
+        if self.replay_refresh_every and self.replay_max_age is None:
+            _checks.fail("replay_max_age", "is not set but replay_refresh_every asks for refreshes",
+                         "pass replay_max_age=… (in steps, e.g. 100), or replay_refresh_every=0")
+        if self.replay_path is not None:
+            check_path(self.replay_path, arg="replay_path")
+
+    def schedule(self, dataset_size):
+        """The run's :class:`~grpo_edu.core.schedule.TrainingSchedule` for ``dataset_size`` prompts."""
+        from grpo_edu.core.schedule import TrainingSchedule
+
+        return TrainingSchedule(dataset_size=dataset_size, batch_size=self.batch_size,
+                                num_generations=self.num_generations, total_epochs=self.total_epochs,
+                                total_training_steps=self.total_training_steps,
+                                micro_batch_size=self.micro_batch_size)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            _checks.fail("config", f"unknown fields {unknown}", f"use only {sorted(known)}")
+        return cls(**data)
+
+    def incompatible_with(self, other):
+        """Fields (name, self's value, other's value) that forbid resuming ``other``'s run with this config."""
+        return [(f.name, getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
+                if f.name not in RESUMABLE_CHANGES and getattr(self, f.name) != getattr(other, f.name)]

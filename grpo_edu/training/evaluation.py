@@ -1,0 +1,103 @@
+"""Scoring a model: sample answers to prompts (held-out ones, usually) and check them.
+
+One sampler serves everything here: ``sample_completions`` (built on the trainer's own
+``rollout.generate``); ``evaluate``, ``success_rates`` and ``evaluate_accuracy`` check its
+answers with a task's verifier.
+"""
+
+import torch
+
+from grpo_edu.common._checks import fail, positive_float, positive_int
+from grpo_edu.training.rollout import generate
+
+
+def sample_completions(model, tokenizer, prompts: list[str], *, temperature: float = 1.0,
+                       num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4,
+                       batch_size: int = 1024):
+    """``num_samples`` completions per prompt, prompt-major: all of prompt 0's come first.
+
+    ``temperature=0`` means greedy decoding. Sampling is plain multinomial sampling from
+    softmax(logits / temperature): no top-k, no top-p. It draws from its own seeded
+    ``torch.Generator``, so evaluating never changes the caller's global RNG.
+    Returns ``(texts, stopped)``: the text before the first ``<eos>`` with special tokens
+    removed, and whether ``<eos>`` was produced within ``max_new_tokens``.
+    """
+    positive_float("temperature", temperature, allow_zero=True,
+                   fix="pass 1.0 to sample as GRPO does, or 0 for greedy decoding")
+    positive_int("num_samples", num_samples)
+    positive_int("max_new_tokens", max_new_tokens)
+    positive_int("batch_size", batch_size)
+    greedy = temperature == 0
+    per_prompt = 1 if greedy else num_samples
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)  # its own stream: the global RNG is untouched
+    eos = tokenizer.eos_token_id
+    texts, stopped = [], []
+    was_training = model.training
+    model.eval()
+    chunk = max(1, batch_size // per_prompt)
+    for start in range(0, len(prompts), chunk):
+        out = generate(model, tokenizer, list(prompts[start:start + chunk]), num_generations=per_prompt,
+                       max_new_tokens=max_new_tokens, temperature=temperature, generator=generator)
+        texts += out.completions
+        stopped += (out.completion_ids == eos).any(dim=1).tolist()
+    model.train(was_training)
+    if greedy and num_samples > 1:  # greedy answers are all the same: copy, don't recompute
+        texts = [t for t in texts for _ in range(num_samples)]
+        stopped = [s for s in stopped for _ in range(num_samples)]
+    return texts, stopped
+
+
+def success_rates(model, tokenizer, rows: list[dict], task, **sampling) -> list[float]:
+    """Per prompt, the fraction of its ``num_samples`` completions that are correct.
+
+    This estimates p, the chance that one sampled answer is right. A GRPO group of G
+    answers is all-equal (σ = 0, no learning signal) with probability pᴳ + (1 − p)ᴳ, so
+    prompts with 0 < p < 1 are the ones GRPO can learn from.
+    """
+    if not rows:
+        fail("rows", "is empty", "pass at least one {'prompt', 'answer'} row")
+    num_samples = sampling.get("num_samples", 1)
+    texts, _ = sample_completions(model, tokenizer, [r["prompt"] for r in rows], **sampling)
+    correct = [task.is_correct(t, rows[i // num_samples]["answer"]) for i, t in enumerate(texts)]
+    return [sum(correct[i * num_samples: (i + 1) * num_samples]) / num_samples
+            for i in range(len(rows))]
+
+
+def evaluate_accuracy(model, tokenizer, rows: list[dict], task, *, temperature: float = 1.0,
+                      num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4) -> float:
+    """Mean accuracy over ``rows`` × ``num_samples`` completions (``temperature=0``: greedy)."""
+    rates = success_rates(model, tokenizer, rows, task, temperature=temperature,
+                          num_samples=num_samples, seed=seed, max_new_tokens=max_new_tokens)
+    return sum(rates) / len(rates)
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, rows, task, *, temperature=1.0, num_samples=1, max_new_tokens=8, seed=0,
+             batch_size=256):
+    """Accuracy of ``model`` on ``rows`` ({"prompt", "answer"}), checked by ``task.is_correct``.
+
+    Sampling at temperature 1 (the default) measures the policy itself, not its best guess;
+    ``temperature=0`` gives greedy accuracy. Seeded, so the same model gives the same number.
+    ``batch_size`` prompts are sampled at once.
+    Returns ``{"accuracy": float, "samples": [(prompt, completion, answer, correct), ...]}``.
+    """
+    texts, _ = sample_completions(model, tokenizer, [r["prompt"] for r in rows], temperature=temperature,
+                                  num_samples=num_samples, seed=seed, max_new_tokens=max_new_tokens,
+                                  batch_size=batch_size * num_samples)
+    samples = []
+    for i, text in enumerate(texts):
+        row = rows[i // num_samples]
+        samples.append((row["prompt"], text, row["answer"], task.is_correct(text, row["answer"])))
+    accuracy = sum(s[3] for s in samples) / max(len(samples), 1)
+    return {"accuracy": accuracy, "samples": samples}
+
+
+def evaluate_run(model, tokenizer, rows, task, config, **sampling):
+    """Held-out accuracy as a GRPO run measures it: :func:`evaluate` with the run's
+    ``max_completion_length`` and ``seed`` (sampling at temperature 1 unless ``sampling`` says
+    otherwise). ``GRPOTrainer.evaluate`` and ``graduation.run_trl`` both call this, so grpo_edu and
+    TRL are scored by one ruler."""
+    sampling.setdefault("max_new_tokens", config.max_completion_length)
+    sampling.setdefault("seed", config.seed)
+    return evaluate(model, tokenizer, rows, task, **sampling)

@@ -1,0 +1,347 @@
+"""Build the bundled tiny model: a 2-layer Llama that half knows two-digit addition.
+
+GRPO can only improve a policy that is *sometimes* right: a group of G answers that are
+all wrong (or all right) has σ = 0 and gives no gradient. So the course does not start
+from random weights. This script trains a tiny ``LlamaForCausalLM`` by ordinary
+supervised next-token prediction (teacher forcing) on the addition train split and stops
+early; label smoothing keeps it unsure, so that sampling at temperature 1 answers under
+half of the held-out prompts correctly although its greedy answer is usually right.
+Stopped there, the model already writes the format (digits, then ``<eos>``) and on most
+prompts puts real but not overwhelming probability on the right answer, which is the
+starting point where GRPO has the most to do and the most signal to do it with.
+
+Run ``grpo-edu make-model`` (or ``python -m grpo_edu.training.make_model --out assets/tiny-adder``;
+about a minute on a 2-core laptop). The same seed gives byte-identical
+``model.safetensors`` on one machine. The command writes nothing unless the new model's
+accuracy lands in :data:`BAND`: it is built aside and only then moved into place, so a
+failed rebuild never replaces the bundled model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from grpo_edu.common._checks import choice, fail, positive_float, positive_int
+from grpo_edu.training.evaluation import evaluate_accuracy, sample_completions
+from grpo_edu.training.models import ASSETS
+from grpo_edu.training.tasks import get_task
+from grpo_edu.training.tokenizer import build_char_tokenizer, save_char_tokenizer
+
+BUNDLED_DIR = ASSETS / "tiny-adder"
+DEFAULT_OUT = str(BUNDLED_DIR)
+"""The command's default --out: the bundled model's folder, wherever the command is run from."""
+BAND = (0.20, 0.60)
+"""Held-out sampled accuracy the bundled model must land in (the tests check it)."""
+
+
+def tiny_llama_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2,
+                      num_heads: int = 4, max_positions: int = 32):
+    """A ``LlamaConfig`` small enough to train and run RL on a laptop CPU.
+
+    About 130k parameters with the defaults. The output layer reuses the embedding matrix
+    (``tie_word_embeddings``), which halves the vocabulary's share of the weights.
+    """
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def encode_for_warmup(tokenizer, rows: list[dict]):
+    """Token ids and labels for teacher forcing: ``<bos> prompt answer <eos>``, right-padded.
+
+    Labels are -100 (ignored by the loss) on ``<bos>``, the prompt and the padding, so the
+    model learns to *answer* and to stop, not to write prompts.
+    Returns ``input_ids, labels``, both ``(R, L)`` with R rows, L the longest sequence.
+    """
+    import torch
+
+    sequences, labels = [], []
+    for row in rows:
+        prompt = tokenizer(row["prompt"])["input_ids"]  # <bos> first
+        answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
+        answer = answer + [tokenizer.eos_token_id]
+        sequences.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    length = max(len(s) for s in sequences)
+    input_ids = torch.full((len(rows), length), tokenizer.pad_token_id)  # (R, L)
+    target = torch.full((len(rows), length), -100)  # (R, L)
+    for i, (s, y) in enumerate(zip(sequences, labels)):
+        input_ids[i, : len(s)] = torch.tensor(s)
+        target[i, : len(y)] = torch.tensor(y)
+    return input_ids, target
+
+
+def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
+                     batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
+                     stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
+                     hidden_size: int = 64, device: str = "cpu") -> dict:
+    """Warm up a tiny Llama on ``task`` and save it (weights + tokenizer) to ``out_dir``.
+
+    ``task`` may name several tasks, comma-separated ("addition,subtraction"): their train
+    splits form one shuffled pool, the greedy check uses the mean over the tasks, and the
+    model is in band only when every task's sampled accuracy is. Lesson 06's
+    ``assets/tiny-two-tasks`` is made so (2000 steps, no early stop).
+
+    The loss is cross-entropy with ``label_smoothing`` ε: the target puts 1 − ε on the
+    right token and spreads ε over the whole vocabulary. The model thus learns *which*
+    answer is right while staying unsure of it: its greedy answer is usually correct, but
+    an answer sampled at temperature 1 is right well under half the time. That is the
+    situation RL fine-tuning of LLMs is in (the right answer is among the samples, not
+    reliably on top), and GRPO's job in lesson 08 is to sharpen it.
+
+    Every ``check_every`` steps the held-out *greedy* accuracy is measured; training stops
+    at the first check where it reaches ``stop_at``, or after ``max_steps``. The held-out
+    split is thus used to choose *when to stop*: its accuracy here is a calibration
+    target for the starting policy, not a claim about generalisation.
+    Returns a summary of what was measured; ``in_band`` says whether the sampled accuracy
+    is inside :data:`BAND`.
+
+    ``device``: "cpu" (the default: deterministic, byte-identical weights for one seed) or
+    "cuda", to warm up a larger model (``hidden_size=256``, task ``"addition3"``) on a GPU
+    (lesson 08). The weights are initialised on the CPU either way; on CUDA the training
+    is fast but not bit-reproducible.
+    """
+    model, tokenizer, summary, history, timing = _warm_up(
+        out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size, check_every=check_every, max_steps=max_steps,
+        stop_at=stop_at, label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
+        device=device)
+    _save(model, tokenizer, out_dir, summary, history)
+    return _finish(summary, history, timing)
+
+
+def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
+             batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
+             stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
+             hidden_size: int = 64, device: str = "cpu") -> tuple:
+    """``build_tiny_model`` without the saving: (model, tokenizer, summary, history, timing)."""
+    positive_int("seed", seed, minimum=0)
+    positive_float("lr", lr)
+    positive_int("batch_size", batch_size)
+    positive_int("check_every", check_every)
+    positive_int("max_steps", max_steps)
+    positive_int("eval_samples", eval_samples)
+    positive_int("hidden_size", hidden_size)
+    choice("device", device, ("cpu", "cuda"))
+    if not 0 < stop_at < 1:
+        fail("stop_at", f"must be a held-out greedy accuracy strictly between 0 and 1, got {stop_at!r}",
+             "pass about 0.95")
+    if not 0 <= label_smoothing < 1:
+        fail("label_smoothing", f"must be in [0, 1), got {label_smoothing!r}", "pass about 0.2")
+    names = task.split(",")
+    tasks = [get_task(name) for name in names]  # checks the names before any work
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    if device == "cuda" and not torch.cuda.is_available():
+        fail("device", "'cuda' was asked for but torch sees no CUDA device", "use device='cpu'")
+
+    started = time.perf_counter()
+    tokenizer = build_char_tokenizer()
+    train_rows = [row for t in tasks for row in t.split("train")]       # several tasks: one mixed pool
+    heldout = {t.name: t.split("heldout") for t in tasks}
+    max_new_tokens = max(t.max_answer_chars for t in tasks) + 1  # the answer, then <eos>
+    input_ids, labels = encode_for_warmup(tokenizer, train_rows)  # (R, L)
+    input_ids, labels = input_ids.to(device), labels.to(device)
+    attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
+
+    def greedy_accuracy(m):   # the mean over the tasks
+        return sum(evaluate_accuracy(m, tokenizer, heldout[t.name], t, temperature=0, max_new_tokens=max_new_tokens)
+                   for t in tasks) / len(tasks)
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    if device == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; there we accept tiny differences
+        torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # initial weights
+            model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=hidden_size)).to(device)
+            order = torch.Generator().manual_seed(seed)  # batch order
+            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+            model.train()
+            history, step, batches = [], 0, []
+            while step < max_steps:
+                if not batches:  # a new epoch: a fresh permutation, the last partial batch dropped
+                    perm = torch.randperm(len(train_rows), generator=order)
+                    batches = list(perm.split(batch_size))[: len(train_rows) // batch_size]
+                index = batches.pop(0)  # (batch_size,)
+                logits = model(input_ids=input_ids[index],
+                               attention_mask=attention_mask[index]).logits[:, :-1]  # (b, L-1, V)
+                target = labels[index][:, 1:]                                         # (b, L-1)
+                loss = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                    label_smoothing=label_smoothing)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step += 1
+                if step % check_every == 0 or step == max_steps:
+                    accuracy = greedy_accuracy(model)
+                    history.append({"step": step, "loss": round(loss.item(), 4),
+                                    "heldout_greedy_accuracy": accuracy})
+                    if accuracy >= stop_at:
+                        break
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    train_seconds = time.perf_counter() - started
+
+    per_task = {t.name: _measure(model, tokenizer, heldout[t.name], t, eval_samples, max_new_tokens) for t in tasks}
+    if len(tasks) == 1:
+        summary = per_task[task]
+    else:   # the mean over tasks at the top; each task's own numbers under "per_task"
+        values = {key: [m[key] for m in per_task.values()] for key in per_task[names[0]]}
+        summary = {key: v[0] if len(set(v)) == 1 else round(sum(v) / len(v), 4) for key, v in values.items()}
+        summary["per_task"] = per_task
+    summary.update(
+        task=task, seed=seed, warmup_steps=step, lr=lr, batch_size=batch_size,
+        check_every=check_every, stop_at=stop_at, label_smoothing=label_smoothing,
+        in_band=all(BAND[0] <= m["heldout_sampled_accuracy"] <= BAND[1] for m in per_task.values()),
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        command=_command(out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size,
+                         check_every=check_every, max_steps=max_steps, stop_at=stop_at,
+                         label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
+                         device=device),
+    )
+    return model, tokenizer, summary, history, {"started": started, "train_seconds": train_seconds}
+
+
+def _finish(summary, history, timing) -> dict:
+    """The summary build_tiny_model returns: the measured numbers, the history and the timings."""
+    summary["history"] = history
+    summary["train_seconds"] = round(timing["train_seconds"], 1)
+    summary["wall_seconds"] = round(time.perf_counter() - timing["started"], 1)
+    return summary
+
+
+def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens) -> dict:
+    """The numbers the README and the lessons quote about the starting policy."""
+    sampling = dict(seed=0, max_new_tokens=max_new_tokens)
+    texts, stopped = sample_completions(model, tokenizer, [r["prompt"] for r in heldout_rows],
+                                        temperature=1.0, num_samples=eval_samples, **sampling)
+    answers = [heldout_rows[i // eval_samples]["answer"] for i in range(len(texts))]
+    correct = [task.is_correct(t, a) for t, a in zip(texts, answers)]
+    rates = [sum(correct[i: i + eval_samples]) / eval_samples
+             for i in range(0, len(correct), eval_samples)]
+    # "well formed": 1..max_answer_chars digits, then <eos>
+    well_formed = [s and t.isdigit() and len(t) <= task.max_answer_chars
+                   for t, s in zip(texts, stopped)]
+    n = len(heldout_rows)
+    return {
+        "heldout_prompts": n,
+        "eval_samples_per_prompt": eval_samples,
+        "heldout_sampled_accuracy": round(sum(correct) / len(correct), 4),
+        "heldout_greedy_accuracy": round(evaluate_accuracy(
+            model, tokenizer, heldout_rows, task, temperature=0, **sampling), 4),
+        "fraction_prompts_0_lt_p_lt_1": round(sum(0 < p < 1 for p in rates) / n, 4),
+        "fraction_prompts_p_eq_0": round(sum(p == 0 for p in rates) / n, 4),
+        "fraction_prompts_p_eq_1": round(sum(p == 1 for p in rates) / n, 4),
+        "well_formed_rate": round(sum(well_formed) / len(well_formed), 4),
+    }
+
+
+def _command(out_dir, **options) -> str:
+    """The shell command that rebuilds this model: defaults left out, the rest spelled out."""
+    defaults = _option_defaults()
+    flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
+                    if value != defaults[name])
+    if Path(out_dir).resolve().parent == ASSETS.resolve():
+        out_dir = f"assets/{Path(out_dir).name}"   # as run from the repository root
+    return f"python -m grpo_edu.training.make_model --out {out_dir}{flags}"
+
+
+def _save(model, tokenizer, out_dir, summary, history) -> None:
+    """Weights as safetensors, the tokenizer, and a JSON record of how they were made."""
+    import tokenizers
+    import torch
+    import transformers
+
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    save_char_tokenizer(tokenizer, out_dir)
+    record = dict(summary, history=history, versions={
+        "python": sys.version.split()[0], "torch": torch.__version__,
+        "transformers": transformers.__version__, "tokenizers": tokenizers.__version__})
+    with open(os.path.join(out_dir, "grpo_edu_model.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2)
+        f.write("\n")
+
+
+def _save_into_place(model, tokenizer, out_dir, summary, history) -> None:
+    """``_save`` into a temporary sibling folder, then move each file into ``out_dir``.
+
+    File by file (``os.replace``), so other files already in ``out_dir`` are kept.
+    """
+    final = Path(out_dir)
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _save(model, tokenizer, tmp, summary, history)
+        final.mkdir(parents=True, exist_ok=True)
+        for path in tmp.iterdir():
+            os.replace(path, final / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    """Command line: ``python -m grpo_edu.training.make_model [--out DIR] [--seed N] ...``.
+
+    Writes ``--out`` only when the model's sampled accuracy lands in :data:`BAND`.
+    """
+    defaults = _option_defaults()
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_edu.training.make_model",
+        description="Warm up the tiny Llama on a task and save it for GRPO; nothing is written unless its "
+                    f"held-out sampled accuracy lands in {BAND}.")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help="output directory (default: the bundled model's folder, assets/tiny-adder)")
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
+                            help=f"default: {default}")
+    args = vars(parser.parse_args(argv))
+    out_dir = args.pop("out")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        print(f"error: --out: {out_dir} is a file. Fix: pass a folder.", file=sys.stderr)
+        return 2
+    model, tokenizer, summary, history, timing = _warm_up(out_dir, **args)
+    if summary["in_band"]:
+        _save_into_place(model, tokenizer, out_dir, summary, history)
+    summary = _finish(summary, history, timing)
+    for key in ("warmup_steps", "heldout_sampled_accuracy", "heldout_greedy_accuracy",
+                "fraction_prompts_0_lt_p_lt_1", "well_formed_rate", "wall_seconds"):
+        print(f"{key}: {summary[key]}")
+    if not summary["in_band"]:
+        print(f"error: held-out sampled accuracy {summary['heldout_sampled_accuracy']} is "
+              f"outside {BAND}, so nothing was written ({out_dir} is unchanged); change "
+              "--label-smoothing (more smoothing, lower accuracy)", file=sys.stderr)
+        return 1
+    print(f"saved to {out_dir}")
+    return 0
+
+
+def _option_defaults() -> dict:
+    """``build_tiny_model``'s keyword options and their defaults: the CLI flags."""
+    return {name: p.default for name, p in inspect.signature(build_tiny_model).parameters.items()
+            if p.kind is p.KEYWORD_ONLY}
+
+if __name__ == "__main__":
+    raise SystemExit(main())

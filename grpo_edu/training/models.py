@@ -1,0 +1,158 @@
+"""Loading a causal LM and its tokenizer: the bundled tiny model, a local folder, or a hub name.
+
+The course ships its own model (``assets/tiny-adder``), so nothing is downloaded at run
+time. The very same code path loads any Hugging Face causal LM by hub name when the
+machine has internet. ``trust_remote_code`` stays off unless asked for.
+
+A name is checked before transformers sees it: a folder must hold a config, a tokenizer and
+complete weights; a run's output folder stands for its latest checkpoint; a name that looks
+like a path, or any name while the hub cannot be reached, fails at once as "no such folder"
+instead of after a minute of download retries.
+"""
+
+import os
+import re
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from grpo_edu.common import _checks
+from grpo_edu.training.config import BUNDLED_MODEL
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"            # grpo_edu/training/ → the repository
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")
+"""Any one of these marks a folder that holds a tokenizer."""
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
+"""What a hub name looks like: ``name`` or ``owner/name``."""
+
+
+def bundled_model_dir():
+    """Path of the bundled tiny model; a clear error if the checkout lacks it."""
+    path = ASSETS / "tiny-adder"
+    if not (path / "config.json").exists():
+        _checks.fail("model", f"the bundled model is missing at {path}",
+                     "run `grpo-edu make-model` to rebuild it, or install grpo_edu from a full checkout")
+    return path
+
+
+def two_task_model_dir():
+    """Path of lesson 06's model, which half knows addition *and* subtraction (``assets/tiny-two-tasks``)."""
+    path = ASSETS / "tiny-two-tasks"
+    if not (path / "config.json").exists():
+        _checks.fail("model", f"the two-task model is missing at {path}",
+                     "rebuild it with: python -m grpo_edu.training.make_model --out assets/tiny-two-tasks "
+                     "--task addition,subtraction --max-steps 2000 --stop-at 0.999 --check-every 500")
+    return path
+
+
+def _looks_like_path(name):
+    """True for names a hub cannot hold, or whose first part is a local folder (``models/tiny``)."""
+    if not HUB_NAME.match(name) or name.startswith("."):
+        return True
+    first = name.split("/")[0]
+    return "/" in name and Path(first).is_dir()
+
+
+def hub_unreachable():
+    """Why the Hugging Face hub cannot be used now (a phrase), or None if it may be."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{var} is set"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None                               # only the proxy can tell
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=3).close()
+    except OSError as err:
+        return f"{url.hostname} cannot be reached ({err.__class__.__name__})"
+    return None
+
+
+def _check_model_dir(path, arg="model"):
+    """A local model folder must hold config.json, a tokenizer and complete safetensors weights."""
+    from grpo_edu.training import checkpoint as ckpt
+
+    if not (path / "config.json").exists():
+        _checks.fail(arg, f"{path} has no config.json, so it is not a model directory",
+                     "point at a folder written by save_pretrained, or at a run's output_dir")
+    if not any((path / name).exists() for name in TOKENIZER_FILES):
+        _checks.fail(arg, f"{path} holds no tokenizer (none of {', '.join(TOKENIZER_FILES[:2])}, …)",
+                     "save the tokenizer into the same folder (tokenizer.save_pretrained(path)); checkpoints "
+                     "written by grpo_edu include it")
+    for weights in sorted(path.glob("*.safetensors")):
+        problem = ckpt.safetensors_problem(weights)
+        if problem:
+            run = path.parent if ckpt.CHECKPOINT.match(path.name) else None
+            fix = (ckpt.intact_hint(run, arg) if run is not None
+                   else "save the model again, or point at another copy")
+            _checks.fail(arg, f"{weights} {problem}", fix)
+
+
+def locate_model(name_or_path):
+    """Where to load ``name_or_path`` from: ``(source, info)``.
+
+    ``info["kind"]`` is "bundled", "folder", "run" (a run's output folder: ``info["checkpoint"]``
+    is its latest checkpoint) or "hub". Local folders are checked here (see the module doc).
+    """
+    from grpo_edu.training import checkpoint as ckpt
+
+    if name_or_path == BUNDLED_MODEL:
+        return str(bundled_model_dir()), {"kind": "bundled"}
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists() and ((path / ckpt.LATEST).exists() or ckpt.checkpoint_folders(path)):
+            folder, _ = ckpt.find_checkpoint(path, arg="model")
+            _check_model_dir(folder)
+            return str(folder), {"kind": "run", "checkpoint": str(folder)}
+        _check_model_dir(path)
+        return str(path), {"kind": "folder"}
+    if path.exists():
+        _checks.fail("model", f"{path} is a file, not a model directory", "pass the folder that holds config.json")
+    if _looks_like_path(name_or_path):
+        _checks.fail("model", f"no such folder {name_or_path!r} (relative paths start from {os.getcwd()})",
+                     "check the path, or pass 'bundled' for the course's model")
+    offline = hub_unreachable()
+    if offline:
+        _checks.fail("model", f"no such folder {name_or_path!r} (relative paths start from {os.getcwd()}), and it "
+                     f"cannot be a hub name now: {offline}",
+                     "check the path, or pass 'bundled'; to download a hub model, connect to the internet")
+    return name_or_path, {"kind": "hub"}  # a hub name such as "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def resolve_model(name_or_path):
+    """The folder or hub name to load ``name_or_path`` from (see :func:`locate_model`)."""
+    return locate_model(name_or_path)[0]
+
+
+def pick_device(device="auto"):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        _checks.fail("device", "'cuda' was asked for but torch sees no CUDA device", "use device='auto' or 'cpu'")
+    return torch.device(device)
+
+
+def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_remote_code=False):
+    """Load (model, tokenizer) in float32 on ``device``, with a pad token set."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one tqdm bar (the trainer's) is enough
+    source = resolve_model(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except OSError as err:
+        first_line = (str(err).strip().splitlines() or [""])[0]   # whole, not cut mid-URL
+        _checks.fail("model", f"could not load {name_or_path!r} ({err.__class__.__name__}: {first_line})",
+                     "pass a local model directory, or a hub name on a machine with internet")
+    if len(tokenizer) == 0:
+        _checks.fail("model", f"{source} gave an empty tokenizer", "save the model's tokenizer into that folder")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device)
+    return model, tokenizer

@@ -1,0 +1,530 @@
+"""The GRPO trainer: a thin loop that reads like DeepSeekMath's algorithm box.
+
+    for step = 1 … total_steps:
+        1. take batch_size prompts                          (schedule: epoch order, drop_last)
+        2. sample G completions each with π_θold            (rollout.generate)
+        3. score them                                       (rewards.compute_rewards)
+        4. Â = group-relative advantages                    (advantages.group_advantages)
+           with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
+        5. log π_ref of the completions, if β > 0           (rollout.completion_logprobs)
+        6. this step's learning rate                        (schedule.learning_rate_at)
+           for each of num_iterations inner updates (DeepSeekMath's μ):
+               for each micro-batch: loss = grpo_loss(…); backward   (gradient accumulation)
+               clip the gradient; optimizer step
+        7. with a buffer: offer this step's answers to it   (replay.ReplayBuffer.add)
+
+The trainer computes no formula itself: each line above calls the module that owns it.
+
+Counting: one *step* here is one sampled batch, so with ``num_iterations`` > 1 a step
+makes that many optimizer updates. TRL counts optimizer updates as its steps instead.
+With num_iterations = 1 the policy that sampled is the policy being updated, so π_θold is the detached
+current log-prob (ratio exactly 1, as in TRL); with more than one the sampler's own log-probs serve
+as π_θold (TRL recomputes them with an extra forward pass; on CPU in float32 the two agree
+to ~1e-6).
+
+Replay (lesson 06, ``replay_ratio`` > 0): a step trains on its N = B·G fresh completions plus
+k = replay_ratio·N/(1 − replay_ratio) samples drawn from the buffer *before* this step's answers
+are offered to it (so a step never replays its own answers). A replayed sample is scored on
+its stored answer, tokenized again with ``<eos>`` appended, with its stored advantage. Its π_θold
+is the policy at the start of this step, not the older policy that sampled it: the buffer
+keeps only the four fields of the source (no log-probs), and the sampler's stale log-probs
+would put most replayed tokens' ratios outside [1 − ε, 1 + ε], where clipping zeroes their
+gradient. So with μ = 1 the ratio is exactly 1 and a replayed sample adds
+−Â·∇log π_θ(answer): an advantage-weighted log-likelihood of the model's own past good
+answers, which is closer to supervised fine-tuning on them than to on-policy RL, with an
+advantage that is stale (computed under an older policy, within another group). Only
+answers that ended with ``<eos>`` and tokenize back to the same tokens are offered, so a
+replayed row has exactly the format of a fresh one. A buffer's rounds are steps, continuing
+from the last round already in a reopened buffer file.
+
+A step counts only once its update is done: a step stopped by an error (a reward function's)
+or by Jupyter's Stop button runs again, with the same samples, at the next ``step()`` or
+``train()``. ``output_dir`` belongs to one run at a time (see ``grpo_edu.training.run_folder``).
+"""
+
+import contextlib
+import copy
+import dataclasses
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from grpo_edu.common import _checks
+from grpo_edu.core.advantages import group_advantages, zero_std_groups
+from grpo_edu.core.losses import grpo_loss
+from grpo_edu.core.schedule import learning_rate_at
+from grpo_edu.training import checkpoint as ckpt, run_folder
+from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.evaluation import evaluate_run
+from grpo_edu.training.models import load_model_and_tokenizer, pick_device
+from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+from grpo_edu.training.rewards import compute_rewards
+from grpo_edu.training.rollout import (
+    answer_token_ids,
+    check_prompts,
+    completion_logprobs,
+    concat_rollouts,
+    generate,
+    rollout_from_text,
+)
+from grpo_edu.training.tasks import get_task, load_prompts
+
+
+class GRPOTrainer:
+    """Train a causal LM with GRPO. ``train()`` runs the whole schedule; ``step()`` one step.
+
+    Everything is optional but the config: by default the bundled model, the config's task
+    (its train split as prompts, its checker as the reward) and its held-out split.
+    ``reward_weights`` weigh several reward functions (TRL's ``reward_weights``; default 1 each).
+    ``callbacks`` are called with each step's metrics dict (e.g. to draw live curves);
+    ``eval_callbacks`` with each held-out evaluation, ``{"step", "accuracy"}``, as soon as it is measured.
+    ``task``: an object with ``split``, ``is_correct`` and ``reward`` in place of the config's named
+    task, for prompts of your own (``grpo_edu.beyond.word_problems.WordProblems``).
+    """
+
+    def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
+                 reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None):
+        self.config = config = config or GRPOConfig()
+        self.task = task if task is not None else get_task(config.task)   # its checker scores "accuracy"
+        source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
+        self.train_rows = load_prompts(source)                         # checks every row has a prompt
+        self.eval_rows = self._checked_eval_rows(eval_rows)
+        self.schedule = config.schedule(len(self.train_rows))          # checks batch_size ≤ dataset size
+        self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task.reward]
+        self.reward_weights = reward_weights
+        self.callbacks = list(callbacks)
+        self.eval_callbacks = list(eval_callbacks)
+        # preflight: call every reward function once on placeholder completions, so a function
+        # that returns the wrong count or NaN fails now, before a model is even loaded
+        compute_rewards(self.reward_funcs, self.batch_for(1), [""] * self.schedule.completions_per_step,
+                        config.num_generations, weights=reward_weights)
+        if config.output_dir:
+            run_folder.check_output_dir(config.output_dir)             # a file there fails now, not at the end
+        self.replay_buffer, self._round_offset = None, 0
+        if config.uses_replay_buffer:                                  # a bad buffer file fails now, unchanged
+            self.replay_buffer = ReplayBuffer(config.replay_capacity, path=config.replay_path,
+                                              min_advantage=config.replay_min_advantage,
+                                              top_fraction=config.replay_top_fraction, seed=config.seed)
+            self._round_offset = self.replay_buffer.last_round()       # rounds continue a reopened file's
+
+        self.device = pick_device(config.device)
+        if model is None:
+            model, tokenizer = load_model_and_tokenizer(config.model, device=self.device,
+                                                        trust_remote_code=config.trust_remote_code)
+        elif tokenizer is None:
+            _checks.fail("tokenizer", "a model was passed without its tokenizer", "pass tokenizer=… too")
+        self.model, self.tokenizer = model.to(self.device), tokenizer
+        if config.gradient_checkpointing:                              # recompute activations in backward
+            if not getattr(model, "supports_gradient_checkpointing", False):
+                _checks.fail("gradient_checkpointing", f"{type(model).__name__} does not support it",
+                             "use a transformers model that does (most do), or set gradient_checkpointing=False")
+            if hasattr(model, "activation_checkpointing_enable"):      # transformers ≥ 5.x's name for it
+                model.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._check_prompts_fit()                                      # unreadable or too long prompts fail now
+        self.model.train()
+        # π_ref: a frozen copy of the starting policy, only needed for the KL term
+        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
+                                           betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.step_count = 0
+        self.history = []      # one metrics dict per step
+        self.evals = []        # {"step", "accuracy"} per evaluation
+        self.run_id = ckpt.new_run_id()    # marks this run's checkpoints: only those are ever rotated out
+        self._lock = None                  # the output_dir lock token while writing
+        self._saved = None                 # (step, number of evals) of the last checkpoint written or loaded
+        self._resumed_dir = None           # the run folder resumed from, if any
+        self._updates_done = 0             # optimizer updates made by the step in progress
+
+    def _check_prompts_fit(self):
+        """Refuse prompts with characters the tokenizer cannot encode, or longer than the model's context."""
+        c = self.config
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        checked = {"the train prompts": self.train_rows, "the held-out prompts": self.eval_rows if c.eval_size else []}
+        for where, rows in checked.items():
+            if rows:
+                check_prompts(self.tokenizer, [r["prompt"] for r in rows], max_new_tokens=c.max_completion_length,
+                              context=context, where=where)
+
+    def _checked_eval_rows(self, eval_rows):
+        if eval_rows is None:
+            rows = self.task.split("heldout", self.config.eval_size or None)
+            if self.config.eval_size and not rows:
+                _checks.fail("eval_rows", f"the task {getattr(self.task, 'name', '')!r} has no held-out prompts of its "
+                                          f"own, but eval_size is {self.config.eval_size}",
+                             "pass eval_rows=[{'prompt': …, 'answer': …}, …], or set eval_size=0")
+            return rows
+        rows = load_prompts(eval_rows)
+        if self.config.eval_size and any("answer" not in r for r in rows):
+            _checks.fail("eval_rows", "some rows have no 'answer', so they cannot be scored",
+                         "give every held-out row an 'answer', or set eval_size=0")
+        return rows
+
+    # --- data ----------------------------------------------------------------------------
+    def batch_for(self, step):
+        """The batch_size rows of ``step`` (from 1): a seeded shuffle per epoch, last partial batch dropped."""
+        epoch = self.schedule.epoch_of(step)
+        order = torch.randperm(len(self.train_rows),
+                               generator=torch.Generator().manual_seed(self.config.seed * 100_003 + epoch))
+        start = ((step - 1) % self.schedule.steps_per_epoch) * self.config.batch_size
+        return [self.train_rows[i] for i in order[start:start + self.config.batch_size].tolist()]
+
+    # --- one step ------------------------------------------------------------------------
+    def step(self):
+        """Run one GRPO step (the algorithm box in the module docstring); return its metrics."""
+        c = self.config
+        t0 = time.perf_counter()
+        step = self.step_count + 1
+        with self._rerun_if_interrupted():                                               # a failed step is not counted
+            rows = self.batch_for(step)                                                  # 1. B prompts
+            rollout = self._sample([row["prompt"] for row in rows])                      # 2. G completions each
+            rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions,
+                                                   c.num_generations, weights=self.reward_weights)  # 3. R, (B, G)
+            advantages = group_advantages(rewards, scale=c.scale).reshape(-1)            # 4. Â, (N,)
+            batch, batch_advantages = self._with_replayed(rollout, advantages)           #    + replayed rows
+            ref_logprobs = self._ref_logprobs(batch)                                     # 5. log π_ref, (N', T)
+            self._set_learning_rate(step)                                                # 6. lr of this step,
+            update = self._update(batch, batch_advantages.to(self.device), ref_logprobs)  #    then the updates
+            replay = self._offer_to_buffer(step, rollout, rewards, advantages)           # 7. into the buffer
+        self.step_count = step
+
+        metrics = self._metrics(rows, rollout, rewards, update)
+        if replay is not None:
+            metrics.update(replay_share=(batch.completion_ids.shape[0] - rollout.completion_ids.shape[0])
+                           / batch.completion_ids.shape[0], **replay)
+        metrics.update(reward_info, seconds=time.perf_counter() - t0)
+        self.history.append(metrics)
+        for callback in self.callbacks:
+            callback(metrics)
+        return metrics
+
+    def _set_learning_rate(self, step):
+        """The optimizer's rate for ``step``: ``schedule.learning_rate_at`` (linear decay to 0 by default)."""
+        lr = learning_rate_at(step, self.schedule.total_steps, self.config.learning_rate,
+                              self.config.lr_scheduler_type)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    @contextlib.contextmanager
+    def _rerun_if_interrupted(self):
+        """On an error or a Stop (KeyboardInterrupt), rewind the sampler so that the next
+        ``step()`` runs the same step again with the same draws."""
+        sampler_state = self.generator.get_state()
+        buffer_rng = self.replay_buffer.rng.getstate() if self.replay_buffer is not None else None
+        self._updates_done = 0
+        try:
+            yield
+        except BaseException:
+            self.generator.set_state(sampler_state)
+            if buffer_rng is not None:
+                self.replay_buffer.rng.setstate(buffer_rng)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self._updates_done:
+                warnings.warn(f"step {self.step_count + 1} was interrupted after {self._updates_done} of its "
+                              f"{self.config.num_iterations} optimizer updates; those stay applied, and the "
+                              "next step() samples this step again from the updated policy", stacklevel=3)
+            raise
+
+    def _sample(self, prompts):
+        """G completions per prompt from the current policy π_θold (no gradient)."""
+        c = self.config
+        self.model.eval()
+        with self._autocast():
+            rollout = generate(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
+                               max_new_tokens=c.max_completion_length, temperature=c.temperature,
+                               generator=self.generator)
+        self.model.train()
+        return rollout
+
+    # --- replay ----------------------------------------------------------------------------
+    def _with_replayed(self, rollout, advantages):
+        """The step's training rows: the fresh ``rollout`` plus replayed samples, and their advantages.
+
+        k = replay_ratio·N/(1 − replay_ratio) samples (fewer while the buffer holds fewer) are
+        drawn before this step's answers are offered. π_θold of a replayed row is the policy at
+        the start of this step (the module docstring says why): with μ = 1 the loss takes the
+        detached current log-probs anyway; with μ > 1 they are computed here, once, before any update.
+        """
+        c = self.config
+        if not c.replay_ratio:
+            return rollout, advantages
+        N = rollout.completion_ids.shape[0]
+        replayed = self.replay_buffer.sample(self.replay_buffer.replay_count(N, c.replay_ratio))
+        if not replayed:
+            return rollout, advantages
+        extra = rollout_from_text(self.tokenizer, [s.question for s in replayed], [s.answer for s in replayed],
+                                  device=self.device)
+        if c.num_iterations > 1:
+            with torch.no_grad(), self._autocast():
+                extra.logprobs, _ = completion_logprobs(self.model, extra.input_ids, extra.attention_mask,
+                                                        extra.completion_ids.shape[1], temperature=c.temperature)
+            extra.logprobs = extra.logprobs * extra.completion_mask
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        batch = concat_rollouts(rollout, extra, pad_token_id=pad)
+        stored = torch.tensor([s.advantage for s in replayed], dtype=advantages.dtype, device=advantages.device)
+        return batch, torch.cat([advantages, stored])                                   # (N + k,)
+
+    def _offer_to_buffer(self, step, rollout, rewards, advantages):
+        """Offer this step's finished answers to the buffer (it admits the good ones); refresh it when due.
+
+        Returns the step's replay metrics, or None without a buffer.
+        """
+        c, buffer = self.config, self.replay_buffer
+        if buffer is None:
+            return None
+        eos, G = self.tokenizer.eos_token_id, rollout.num_generations
+        rewards, advantages = rewards.reshape(-1).tolist(), advantages.tolist()
+        sampled = [ids[:n] for ids, n in zip(rollout.completion_ids.tolist(), rollout.lengths.tolist())]
+        finished = [i for i, ids in enumerate(sampled) if ids and ids[-1] == eos]   # not cut at the length limit
+        again = answer_token_ids(self.tokenizer, [rollout.completions[i] for i in finished])
+        offered = [ReplaySample(rollout.prompts[i // G], rollout.completions[i], advantages[i], rewards[i])
+                   for i, ids in zip(finished, again) if ids == sampled[i][:-1]]   # replays as the same tokens
+        round_ = self._round_offset + step
+        admitted = buffer.add(offered, round=round_)
+        dropped = 0
+        if c.replay_refresh_every and step % c.replay_refresh_every == 0:
+            dropped = buffer.refresh(round_, c.replay_max_age)
+        return {"replay_buffer_size": len(buffer), "replay_admitted": admitted, "replay_dropped": dropped}
+
+    def _ref_logprobs(self, rollout):
+        """log π_ref of every completion token, (N, T); None when β = 0 (no reference model)."""
+        if self.ref_model is None:
+            return None
+        with torch.no_grad(), self._autocast():
+            logprobs, _ = completion_logprobs(self.ref_model, rollout.input_ids, rollout.attention_mask,
+                                              rollout.completion_ids.shape[1], temperature=self.config.temperature)
+        return logprobs
+
+    def _update(self, rollout, advantages, ref_logprobs):
+        """``num_iterations`` optimizer updates on one rollout, each accumulating gradients over micro-batches.
+
+        Each micro-batch's loss is weighted so that the accumulated gradient equals that of
+        the whole step in one pass: by its share of sequences, or (for "dapo") through one
+        token count for the whole step. That is exact for "grpo", "dapo" and "dr_grpo"; "bnpo"
+        normalises each micro-batch by its own token count (as TRL does), so its gradient
+        depends on how the step is split. Returns token-weighted means of the loss's info.
+        """
+        c = self.config
+        input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
+        N, T = rollout.completion_ids.shape
+        step_tokens = rollout.completion_mask.sum()
+        mb = c.micro_batch_size or N
+        stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0, "entropy": 0.0,
+                 "grad_norm": 0.0}
+        for _ in range(c.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for s in range(0, N, mb):
+                rows = slice(s, s + mb)
+                mask = rollout.completion_mask[rows]                                  # (mb, T)
+                with self._autocast():
+                    logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
+                                                            temperature=c.temperature, with_entropy=True)
+                # π_θold: with one iteration the sampler *is* the current policy (ratio exactly 1)
+                old = rollout.logprobs[rows] if c.num_iterations > 1 else logprobs.detach()
+                loss, info = grpo_loss(
+                    logprobs, old, advantages[rows], mask,
+                    ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows], beta=c.beta,
+                    epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
+                    max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
+                    num_active_tokens=step_tokens if c.loss_type == "dapo" else None)
+                weight = 1.0 if c.loss_type == "dapo" else mask.shape[0] / N
+                (loss * weight).backward()                                            # accumulate
+                token_share = info["num_active_tokens"] / max(float(step_tokens), 1.0) / c.num_iterations
+                stats["loss"] += float(loss.detach()) * weight / c.num_iterations
+                stats["clip_fraction"] += info["clip_fraction"] * token_share
+                stats["kl"] += info["kl_mean"] * token_share
+                stats["ratio_mean"] += info["ratio_mean"] * token_share
+                stats["entropy"] += float((entropy * mask).sum()) / max(float(step_tokens), 1.0) / c.num_iterations
+            if c.max_grad_norm > 0:
+                stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm,
+                                                                            foreach=True))
+            self.optimizer.step()
+            self._updates_done += 1
+        return stats
+
+    def _metrics(self, rows, rollout, rewards, update):
+        """The per-step log line: rewards, accuracy, dead groups, and the update's statistics."""
+        G = self.config.num_generations
+        answers = [row.get("answer") for row in rows for _ in range(G)]
+        correct = [self.task.is_correct(text, a) for text, a in zip(rollout.completions, answers) if a is not None]
+        return {
+            "step": self.step_count,
+            "epoch": self.schedule.epoch_of(self.step_count),
+            "loss": update["loss"],
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()),
+            "accuracy": sum(correct) / len(correct) if correct else None,
+            "dead_group_fraction": float(zero_std_groups(rewards).float().mean()),
+            "clip_fraction": update["clip_fraction"],
+            "kl": update["kl"] if self.ref_model is not None else None,   # not measured without π_ref
+            "ratio_mean": update["ratio_mean"],
+            "entropy": update["entropy"],
+            "completion_length": float(rollout.lengths.float().mean()),
+            "grad_norm": update["grad_norm"],
+        }
+
+    # --- the whole run -------------------------------------------------------------------
+    def evaluate(self, rows=None, **kwargs):
+        """Held-out accuracy (sampling at temperature 1 unless told otherwise; ``evaluation.evaluate_run``)."""
+        with self._autocast():
+            return evaluate_run(self.model, self.tokenizer, self.eval_rows if rows is None else rows, self.task,
+                                self.config, **kwargs)
+
+    def _record_eval(self):
+        if self.config.eval_size and self.eval_rows:
+            record = {"step": self.step_count, "accuracy": self.evaluate()["accuracy"]}
+            self.evals.append(record)
+            for callback in self.eval_callbacks:
+                callback(record)
+            return record["accuracy"]
+        return None
+
+    def train(self, *, resume_from=None, overwrite=False, progress=True):
+        """Run until the schedule ends; returns the list of per-step metrics.
+
+        ``resume_from``: an output_dir or checkpoint folder; the run continues exactly where
+        it stopped (on CPU, the metrics equal an uninterrupted run's), and saves into that
+        run's folder unless ``output_dir`` says otherwise. ``overwrite``: let this run
+        replace another run's checkpoints in ``output_dir`` (only that run's
+        ``checkpoint-*`` folders and ``latest.json`` are removed). Without either, a folder
+        that holds another run is refused. Calling ``train()`` again after an interruption
+        continues this run.
+        """
+        from grpo_edu.common.progress import progress_bar
+
+        if resume_from is not None and overwrite:
+            _checks.fail("overwrite", "cannot be combined with resume_from",
+                         "resume a run (it keeps its checkpoints), or overwrite it to start afresh, not both")
+        if resume_from is not None:
+            self.load_checkpoint(resume_from)
+        c = self.config                                  # resuming may have set output_dir
+        with self._writing(overwrite=overwrite):
+            if resume_from is None and not self.evals:
+                self._record_eval()
+            bar = progress_bar(self.schedule.total_steps, initial=self.step_count, disable=not progress, desc="GRPO")
+            try:
+                while self.step_count < self.schedule.total_steps:
+                    m = self.step()
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{m['reward_mean']:.2f}", refresh=False)
+                    if c.eval_every and self.step_count % c.eval_every == 0:
+                        self._record_eval()
+                    last = self.step_count == self.schedule.total_steps   # the last one is saved below
+                    if c.checkpoint_every and self.step_count % c.checkpoint_every == 0 and not last:
+                        self.save_checkpoint()
+            finally:
+                bar.close()
+            if not self.evals or self.evals[-1]["step"] != self.step_count:
+                self._record_eval()
+            if c.output_dir and self._saved != (self.step_count, len(self.evals)):
+                self.save_checkpoint()               # the final checkpoint includes the final evaluation
+        return self.history
+
+    # --- checkpoints ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _writing(self, overwrite=False):
+        """Hold output_dir's lock, and make sure the folder is this run's, while writing into it."""
+        folder = self.config.output_dir
+        if not folder or self._lock is not None:
+            yield
+            return
+        run_folder.check_output_dir(folder)
+        token, info = run_folder.acquire_lock(folder)
+        if info["took_over"]:
+            warnings.warn(f"output_dir: {info['took_over']}", stacklevel=4)
+        self._lock = token
+        try:
+            resuming = self._resumed_dir is not None and Path(folder).resolve() == self._resumed_dir.resolve()
+            claimed = run_folder.claim_output_dir(folder, self.run_id, overwrite=overwrite, resuming=resuming)
+            if claimed["removed"]:
+                warnings.warn(f"output_dir: overwrite removed the earlier run's "
+                              f"{', '.join(p.name for p in claimed['removed'])} from {folder}", stacklevel=4)
+            yield
+        finally:
+            self._lock = None
+            run_folder.release_lock(folder, token)
+
+    def save_checkpoint(self):
+        """Write a checkpoint of the run so far into output_dir (taking its lock); returns its path."""
+        if not self.config.output_dir:
+            _checks.fail("output_dir", "is not set, so there is nowhere to save",
+                         "make the trainer with GRPOConfig(output_dir=…)")
+        rng = {"sampling": self.generator.get_state(), "torch_cpu": torch.get_rng_state()}
+        with self._writing():
+            path, _ = ckpt.save_checkpoint(self.config.output_dir, self.step_count, model=self.model,
+                                           tokenizer=self.tokenizer, optimizer=self.optimizer, rng=rng,
+                                           config=self.config, run_id=self.run_id,
+                                           metrics={"history": self.history, "evals": self.evals},
+                                           replay=self._replay_state())
+        self._saved = (self.step_count, len(self.evals))
+        return path
+
+    def _replay_state(self):
+        if self.replay_buffer is None:
+            return None
+        return {"buffer": self.replay_buffer.state(), "round_offset": self._round_offset}
+
+    def _restore_replay(self, saved, folder):
+        """Put the buffer back as it was at the checkpoint: a file written past it is rolled back."""
+        if self.replay_buffer is None:
+            return
+        if saved is None:
+            _checks.fail("resume_from", f"{folder} was saved without a replay buffer",
+                         "resume with the checkpoint's replay settings")
+        removed = self.replay_buffer.load_state(saved["buffer"])
+        self._round_offset = saved["round_offset"]
+        if removed and self.config.replay_path:
+            warnings.warn(f"replay_path: {self.config.replay_path} held {removed} samples that the checkpoint's "
+                          f"buffer does not (added after step {self.step_count}); the file now holds the checkpoint's "
+                          "buffer, and the resumed steps add their samples again", stacklevel=3)
+
+    def load_checkpoint(self, path):
+        """Restore weights, optimizer, RNG states and logs; refuse an incompatible config.
+
+        Without an output_dir in the config, the run saves into the folder it resumed.
+        """
+        from safetensors.torch import load_file
+
+        folder, run_dir, state, optim, rng = ckpt.load_trainer_state(path)
+        saved = GRPOConfig.from_dict(state["config"])
+        clashes = self.config.incompatible_with(saved)
+        if clashes:
+            listed = "; ".join(f"{k}: checkpoint {b!r}, now {a!r}" for k, a, b in clashes)
+            raise ValueError(f"resume_from: {folder} was made with an incompatible config ({listed}). "
+                             f"Fix: resume with the checkpoint's values, or start a new run in another output_dir.")
+        old_total = saved.schedule(len(self.train_rows)).total_steps
+        if self.config.lr_scheduler_type == "linear" and old_total != self.schedule.total_steps:
+            warnings.warn(f"resume_from: the run was planned for {old_total} steps and now has "
+                          f"{self.schedule.total_steps}; the linear learning-rate schedule follows the new "
+                          "length from here on, so the run will differ from one planned that way from the start",
+                          stacklevel=2)
+        weights = load_file(folder / "model.safetensors", device=str(self.device))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:   # tied lm_head is not stored
+            raise ValueError(f"resume_from: {folder} holds weights of another model "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]}). Fix: resume with the same model.")
+        self.model.tie_weights()
+        self.optimizer.load_state_dict(optim)
+        self.generator.set_state(rng["sampling"].to(self.generator.get_state().device))
+        torch.set_rng_state(rng["torch_cpu"])
+        self.step_count = state["step"]
+        self._restore_replay(state.get("replay"), folder)
+        self.history = state["metrics"]["history"]
+        self.evals = state["metrics"]["evals"]
+        self.run_id = state.get("run_id") or self.run_id
+        self._resumed_dir = run_dir
+        self._saved = (self.step_count, len(self.evals))
+        if not self.config.output_dir:
+            self.config = dataclasses.replace(self.config, output_dir=str(run_dir))
+            warnings.warn(f"output_dir: not set, so this resumed run saves into {run_dir}, the folder it "
+                          "resumed from", stacklevel=3)
+        return folder
+
+    def _autocast(self):
+        if self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cpu", enabled=False)
