@@ -50,6 +50,7 @@ checks every import in the source):
     ``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures
+    ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), and the display pieces every layer

@@ -344,6 +344,8 @@ def build_parser():
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
     sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")
     sub.add_parser("bench", help="time the trainer against the bare PyTorch floor and TRL (grpo-edu bench --help)")
+    sub.add_parser("lesson-times", help="time every lesson here and scaled to the slowest laptop, against its "
+                                        "budget (grpo-edu lesson-times --help)")
     parser.value_flags = {flag for sp in sub.choices.values() for action in sp._actions
                           if action.nargs != 0 for flag in action.option_strings}
     return parser
@@ -360,7 +362,8 @@ def join_negative_values(argv, value_flags):
     return out
 
 
-PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench"}
+PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench",
+                "lesson-times": "grpo_edu.course.lesson_times"}
 """Subcommands whose flags belong to their own module's parser."""
 
 

@@ -277,6 +277,16 @@ def _run_child(name, steps, warmup):
     return json.loads(lines[-1])
 
 
+def step_ms(rounds=3, steps=20, warmup=3):
+    """This machine's bench step: the median over ``rounds`` of grpo_edu's median ms per step.
+
+    The course's time budgets are set for a machine where this is 80 ms
+    (``grpo_edu.course.lesson_times``); a machine where it is s ms runs a lesson about 80 / s
+    times as fast.
+    """
+    return statistics.median(_run_child("grpo_edu", steps, warmup)["median_step_s"] for _ in range(rounds)) * 1000
+
+
 def _ratio_line(label, values, goal):
     values = sorted(values)
     return (f"{label:28} median {statistics.median(values):.2f}×, range {values[0]:.2f}–{values[-1]:.2f}× "
@@ -293,6 +303,9 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE", help="also write every round's results as JSON")
     parser.add_argument("--replay", action="store_true",
                         help="time the replay buffer (add, sample at 10,000 samples) and a step at replay_ratio 0.3")
+    parser.add_argument("--step-ms", action="store_true",
+                        help="print only this machine's bench step: grpo_edu's median ms per step over the rounds "
+                             "(what the course's time budgets scale by; see grpo-edu lesson-times)")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
@@ -304,6 +317,9 @@ def main(argv=None):
         return 0
     if args.replay:
         return replay_main(args)
+    if args.step_ms:
+        print(f"{step_ms(args.rounds, args.steps, args.warmup):.1f}")
+        return 0
 
     names = ["grpo_edu", "floor"]
     try:

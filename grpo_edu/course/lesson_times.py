@@ -1,0 +1,285 @@
+"""How long each lesson takes, here and on the slowest laptop the course is built for; and a test
+run that uses every core.
+
+The course promises that each lesson runs in at most :data:`LESSON_BUDGET_S` seconds on the
+slowest CPU seen, one whose ``grpo-edu bench`` step takes :data:`REFERENCE_STEP_MS` ms. A
+machine whose bench step is ``s`` ms is taken to be ``REFERENCE_STEP_MS / s`` times faster, so
+a lesson that takes ``t`` seconds here takes about ``t · REFERENCE_STEP_MS / s`` there.
+
+This module is a pytest plugin, loaded by the project's pytest configuration
+(``-p grpo_edu.course.lesson_times`` in pyproject.toml). It does three things:
+
+* **every core**: with pytest-xdist installed and no ``-n`` given, it runs one worker per CPU,
+  each with one torch/OpenMP thread (a model this small is bound by dispatch, not arithmetic:
+  a second thread buys little, and two workers with two threads each on two cores spin against
+  each other). A notebook's cells stay together in one worker (one kernel), and so do a test
+  file's tests; the files in :data:`SOLO` (the browser test, the lesson that trains on two
+  processes) share one worker, so they never race each other. ``-n 0`` or ``-p no:xdist`` runs
+  everything in one process, as before.
+* **lesson times**: after the run it prints each notebook's time (the sum of its cells').
+* **budgets**: with ``GRPO_EDU_BENCH_MS`` set to this machine's bench step (``.ci/run`` measures
+  it first), each time is also scaled to the reference machine; a lesson over its budget there
+  gets a line, and one over twice its budget fails the run (a slow lesson is caught when it
+  lands, not in class; a noisy machine alone cannot turn the run red).
+
+``grpo-edu lesson-times`` measures the bench step, runs the lessons and prints the table.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_edu.common.display import Table
+
+LESSON_BUDGET_S = 180.0
+"""Each lesson, top to bottom, on the reference machine (3 minutes)."""
+
+REFERENCE_STEP_MS = 80.0
+"""``grpo-edu bench``'s step (grpo_edu, median) on the slowest 2-core CPU the course was tried on."""
+
+FAIL_FACTOR = 2.0
+"""A lesson fails the run only past this many times its budget (scaled): noise cannot do that."""
+
+BENCH_ENV = "GRPO_EDU_BENCH_MS"
+SCALED = f"at {REFERENCE_STEP_MS:g} ms, s"
+GROUPED = "grpo_edu_grouped"
+_GROUPED = pytest.StashKey[bool]()
+
+SOLO = ("test_browser.py", "10_graduation.ipynb")
+"""Files that need the machine to themselves (a browser; training on several processes): in a parallel
+run they share one worker, one after the other, and never race each other."""
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def available_cpus():
+    """CPUs this process may run on (a container's limit, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                            # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def scaled(seconds, step_ms, reference_ms=REFERENCE_STEP_MS):
+    """``seconds`` measured on a machine whose bench step is ``step_ms``, on the reference machine."""
+    return seconds * reference_ms / step_ms
+
+
+def lesson_rows(times, step_ms=None, budget=LESSON_BUDGET_S):
+    """One row per lesson: its time here and, given the bench step, on the reference machine and
+    against its budget. ``times``: {lesson name: seconds}."""
+    rows = []
+    for name, seconds in sorted(times.items()):
+        row = {"lesson": name, "here, s": round(seconds, 1)}
+        if step_ms:
+            there = scaled(seconds, step_ms)
+            row[SCALED] = round(there, 1)
+            row["budget"] = ("ok" if there <= budget else "OVER" if there <= FAIL_FACTOR * budget
+                             else f"FAIL (> {FAIL_FACTOR:g}×)")
+        rows.append(row)
+    return rows
+
+
+def bench_step_from_env():
+    """The bench step in ms from ``GRPO_EDU_BENCH_MS``, or None; a clear error for a bad value."""
+    value = os.environ.get(BENCH_ENV)
+    if not value:
+        return None
+    try:
+        step = float(value)
+    except ValueError:
+        step = -1.0
+    if not 0 < step < 1e5:
+        raise ValueError(f"{BENCH_ENV}: is {value!r}, not a step time in ms. Fix: set it to the grpo_edu "
+                         "s/step of `grpo-edu bench` in milliseconds (e.g. 80), or unset it.")
+    return step
+
+
+# --- the pytest plugin ----------------------------------------------------------------------
+def _distributing(config):
+    return bool(getattr(config.option, "numprocesses", 0)) or hasattr(config, "workerinput")
+
+
+def _dist_given(config):
+    """Whether the user chose a --dist mode (xdist turns a bare -n into --dist load by itself)."""
+    args = [*config.invocation_params.args, *config.getini("addopts"), *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    return any(str(a) == "--dist" or str(a).startswith("--dist=") or str(a) == "-d" for a in args)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """No -n given and pytest-xdist present: one worker per CPU, grouped as the module doc says."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    if config.option.numprocesses is None and not config.option.collectonly and not config.getoption("usepdb"):
+        cpus = available_cpus()
+        config.option.numprocesses = cpus if cpus > 1 else 0
+    if config.option.numprocesses and config.option.dist in ("no", "load") and not _dist_given(config):
+        config.option.dist = "loadscope"              # with the scopes of CourseScheduling below
+        config.option.loadscopereorder = False        # keep the order pytest_collection_modifyitems sets
+        config.stash[_GROUPED] = True
+
+
+def pytest_configure(config):
+    if _distributing(config):
+        for name in THREAD_VARIABLES:               # workers and their notebook kernels inherit these
+            os.environ[name] = "1"
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
+    if not hasattr(config, "workerinput"):            # the process that reports: the only one, or xdist's controller
+        config.pluginmanager.register(LessonClock(bench_step_from_env()), "grpo_edu_lesson_clock")
+
+
+def _scope(nodeid):
+    """The piece of work a test belongs to: a notebook (one kernel, its cells in order), a test file
+    (its module fixtures built once), or the solo group."""
+    path = nodeid.split("::", 1)[0]
+    return "solo" if Path(path).name in SOLO else path
+
+
+@pytest.hookimpl(optionalhook=True)                 # xdist's hooks: absent under -p no:xdist
+def pytest_xdist_make_scheduler(config, log):
+    if not config.stash.get(_GROUPED, False):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class CourseScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return _scope(nodeid)
+
+    return CourseScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Tell each worker that this run is grouped, so that it orders its collection (below)."""
+    node.workerinput[GROUPED] = node.config.stash.get(_GROUPED, False)
+
+
+def _trains(item):
+    """An nbval cell tagged "parameters": the notebook trains (grpo_edu.course.claims reads the same tag)."""
+    cell = getattr(item, "cell", None) or {}
+    return "parameters" in cell.get("metadata", {}).get("tags", ())
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """In a grouped run, the heaviest pieces first, so that the longest start at once: notebooks that
+    train, then the solo group, then the rest, each by its number of tests. (Every worker collects, and
+    orders, the same way; the scheduler hands out the pieces in this order.)"""
+    if not getattr(config, "workerinput", {}).get(GROUPED):
+        return
+    groups = {}
+    for item in items:
+        groups.setdefault(_scope(item.nodeid), []).append(item)
+
+    def weight(group):
+        members = groups[group]
+        return (0 if any(_trains(i) for i in members) else 1 if group == "solo" else 2, -len(members))
+
+    items[:] = [item for group in sorted(groups, key=weight) for item in groups[group]]
+
+
+class LessonClock:
+    """Sums each notebook's cell times from the test reports; reports them, and the budgets."""
+
+    def __init__(self, step_ms):
+        self.step_ms = step_ms
+        self.times = {}
+
+    def pytest_runtest_logreport(self, report):
+        notebook = report.nodeid.split("::", 1)[0]
+        if notebook.endswith(".ipynb"):
+            self.times[notebook] = self.times.get(notebook, 0.0) + report.duration
+
+    def lessons(self):
+        return {Path(path).stem: seconds for path, seconds in self.times.items()}
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config):
+        if not self.times:
+            return
+        write = terminalreporter.write_line
+        how = (f"{config.option.numprocesses} workers, one thread each" if _distributing(config)
+               else "one process")
+        terminalreporter.section("lesson times")
+        if self.step_ms:
+            write(f"each lesson's cells, summed ({how}); bench step here {self.step_ms:g} ms, so ×"
+                  f"{REFERENCE_STEP_MS / self.step_ms:.2f} on the {REFERENCE_STEP_MS:g} ms machine "
+                  f"the budget of {LESSON_BUDGET_S:g} s per lesson is set for")
+        else:
+            write(f"each lesson's cells, summed ({how}); set {BENCH_ENV} to this machine's `grpo-edu bench` "
+                  "step in ms to see them scaled to the budget's machine")
+        rows = lesson_rows(self.lessons(), self.step_ms)
+        for line in repr(Table(rows)).splitlines():
+            write("  " + line)
+        for row in rows:
+            if row.get("budget", "ok") != "ok":
+                write(f"lesson {row['lesson']} is over its share: {row[SCALED]:g} s at {REFERENCE_STEP_MS:g} ms "
+                      f"against {LESSON_BUDGET_S:g} s"
+                      + (f" (the run fails past {FAIL_FACTOR:g}×)" if row["budget"] == "OVER"
+                         else f"; more than {FAIL_FACTOR:g}×, so the run fails"))
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if over_budget(self.lessons(), self.step_ms, FAIL_FACTOR) and exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def over_budget(times, step_ms, factor=1.0):
+    """Lessons over ``factor`` × their budget on the reference machine (none without a bench step)."""
+    return [name for name, seconds in sorted(times.items())
+            if step_ms and scaled(seconds, step_ms) > factor * LESSON_BUDGET_S]
+
+
+# --- grpo-edu lesson-times ------------------------------------------------------------------
+def main(argv=None):
+    """``grpo-edu lesson-times``: this machine's bench step, then every lesson run and timed."""
+    import argparse
+    import subprocess
+
+    from grpo_edu.course.browser import LESSONS
+
+    parser = argparse.ArgumentParser(
+        prog="grpo-edu lesson-times",
+        description="Run the lessons and print how long each takes here and on the slowest laptop the course "
+                    f"is built for (bench step {REFERENCE_STEP_MS:g} ms), against the {LESSON_BUDGET_S:g} s budget.")
+    parser.add_argument("lessons", nargs="*", default=[str(LESSONS)],
+                        help="notebooks or folders of them (default: the course's lessons/)")
+    parser.add_argument("--step-ms", type=float, metavar="MS",
+                        help="this machine's bench step, if already measured (default: measure it, about 40 s)")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help=f"lessons run side by side (default: one per CPU, here {available_cpus()})")
+    args = parser.parse_args(argv)
+    missing = [p for p in args.lessons if not Path(p).exists()]
+    if missing:
+        parser.error(f"lessons: {', '.join(missing)} not found. Fix: name notebooks or a folder of them")
+    if args.step_ms is not None and not 0 < args.step_ms < 1e5:
+        parser.error(f"--step-ms: is {args.step_ms:g}. Fix: give grpo-edu bench's step in ms, e.g. 80")
+    if args.workers is not None and args.workers < 0:
+        parser.error(f"--workers: is {args.workers}. Fix: give 0 (one process) or more")
+    step = args.step_ms
+    if step is None:
+        from grpo_edu.beyond.bench import step_ms
+
+        print("measuring this machine's bench step (grpo-edu bench --step-ms: 3 rounds of 20 steps)…", flush=True)
+        step = step_ms()
+        print(f"bench step: {step:.1f} ms", flush=True)
+    command = [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider",
+               "-p", "grpo_edu.course.lesson_times", *args.lessons]
+    if args.workers is not None:
+        command += ["-n", str(args.workers)]
+    env = dict(os.environ, **{BENCH_ENV: f"{step:.1f}"})
+    return subprocess.run(command, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+
+def pytest_collection_finish(session):  # DBG
+    open("/tmp/dbg.txt", "a").write(f"FINISH {[i.nodeid for i in session.items][:3]} {getattr(session.config.option,'loadgroup', None)} {[list(i.iter_markers('xdist_group')) for i in session.items][:2]}\n")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):  # DBG
+    open("/tmp/dbg.txt", "a").write(f"COLL {getattr(session.config.option,'loadgroup', None)} {[(h.plugin_name, h.tryfirst, h.trylast, h.hookwrapper, h.wrapper) for h in session.config.hook.pytest_collection_modifyitems.get_hookimpls()]}\n")

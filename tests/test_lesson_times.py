@@ -1,0 +1,112 @@
+"""grpo_edu.course.lesson_times: the arithmetic of the budgets, and the pytest plugin on a real run of
+two small notebooks and a test file (as the README's test command uses it)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from grpo_edu.course.lesson_times import (BENCH_ENV, FAIL_FACTOR, LESSON_BUDGET_S, REFERENCE_STEP_MS, SCALED, SOLO,
+                                          bench_step_from_env, lesson_rows, over_budget, scaled)
+
+
+def test_a_machine_twice_as_fast_doubles_the_time_on_the_reference():
+    assert scaled(60.0, 40.0) == pytest.approx(120.0)          # 60 s × 80 / 40
+    assert scaled(60.0, REFERENCE_STEP_MS) == pytest.approx(60.0)
+
+
+def test_rows_say_ok_over_and_fail_at_the_right_budgets():
+    step = 40.0                                                 # ×2 to the reference machine
+    times = {"a": 89.0, "b": 91.0, "c": 180.0, "d": 181.0}      # 178, 182, 360, 362 s there
+    rows = {r["lesson"]: r for r in lesson_rows(times, step)}
+    assert [rows[k]["budget"] for k in "abcd"] == ["ok", "OVER", "OVER", f"FAIL (> {FAIL_FACTOR:g}×)"]
+    assert rows["b"][SCALED] == 182.0 and rows["b"]["here, s"] == 91.0
+    assert over_budget(times, step) == ["b", "c", "d"]
+    assert over_budget(times, step, FAIL_FACTOR) == ["d"]
+    assert over_budget(times, None) == []                       # without a bench step nothing is judged
+    assert "budget" not in lesson_rows(times)[0]
+
+
+def test_a_notebook_or_a_test_file_is_one_piece_of_work_and_the_solo_files_are_one():
+    from grpo_edu.course.lesson_times import _scope
+
+    assert _scope("lessons/05_toy_grpo.ipynb::Cell 7") == _scope("lessons/05_toy_grpo.ipynb::Cell 40")
+    assert _scope("tests/test_kl.py::test_a[1]") == _scope("tests/test_kl.py::TestK3::test_b") == "tests/test_kl.py"
+    assert _scope("tests/test_browser.py::test_a_student[01]") == _scope("lessons/10_graduation.ipynb::Cell 3") == "solo"
+    assert _scope("lessons/01_batch_step_epoch.ipynb::Cell 0") != _scope("lessons/02_group_advantage.ipynb::Cell 0")
+
+
+@pytest.mark.parametrize("value", ["fast", "0", "-3"])
+def test_a_bad_bench_step_is_named_with_its_fix(monkeypatch, value):
+    monkeypatch.setenv(BENCH_ENV, value)
+    with pytest.raises(ValueError, match=f"{BENCH_ENV}: is '{re.escape(value)}'.*Fix: set it"):
+        bench_step_from_env()
+
+
+def _notebook(path, cells):
+    """A notebook whose code cells are (source, stored stdout) pairs."""
+    nb = {"cells": [{"cell_type": "code", "execution_count": i + 1, "id": f"c{i}", "metadata": {},
+                     "outputs": [{"name": "stdout", "output_type": "stream", "text": [out]}] if out else [],
+                     "source": [src]} for i, (src, out) in enumerate(cells)],
+          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb), encoding="utf-8")
+
+
+def _run(tmp_path, *args, bench_ms=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", BENCH_ENV)}
+    if bench_ms is not None:
+        env[BENCH_ENV] = str(bench_ms)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "grpo_edu.course.lesson_times", "-p",
+                           "no:cacheprovider", "-v", "--nbval", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def course(tmp_path):
+    """Two notebooks whose stored outputs say one thread (as a parallel run must give) and a test file."""
+    threads = ("import os, torch\nprint(os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())", "1 1\n")
+    _notebook(tmp_path / "01_a.ipynb", [threads, ("import os\nprint(os.getpid() > 0)", "True\n"),
+                                        ("import time\ntime.sleep(2)", None)])
+    _notebook(tmp_path / "02_b.ipynb", [threads, ("print(2 + 2)", "4\n")])
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    assert True\n\ndef test_two():\n    assert True\n")
+    solo_notebook, solo_test = sorted(SOLO, key=lambda name: name.endswith(".py"))   # stand-ins, named as they are
+    (tmp_path / solo_test).write_text("def test_alone():\n    assert True\n")
+    _notebook(tmp_path / solo_notebook, [("print('alone')", "alone\n")])
+    return tmp_path
+
+
+def test_every_core_one_thread_each_and_a_notebook_in_one_kernel(course):
+    run = _run(course, "-n", "2")
+    assert run.returncode == 0, run.stdout[-3000:]
+    workers = {}
+    for worker, nodeid in re.findall(r"\[(gw\d)\] .*?PASSED (\S+)", run.stdout):
+        workers.setdefault(nodeid.replace("::ipynb", ".ipynb").split("::")[0], set()).add(worker)
+    assert set(workers) == {"01_a.ipynb", "02_b.ipynb", "test_plain.py", *SOLO}
+    assert all(len(w) == 1 for w in workers.values()), workers        # each notebook in one worker
+    assert workers[SOLO[0]] == workers[SOLO[1]]                        # the solo files one after the other
+    assert "lesson times" in run.stdout and "2 workers, one thread each" in run.stdout
+    assert re.search(r"01_a\s+\d", run.stdout) and re.search(r"02_b\s+\d", run.stdout)
+
+
+@pytest.mark.parametrize("serial", [["-n", "0"], ["-p", "no:xdist"]], ids=["n0", "no-xdist"])
+def test_one_process_keeps_the_users_threads(course, serial):
+    run = _run(course, *serial)
+    assert run.returncode == 1, run.stdout[-3000:]                       # the stored "1 1" is not this run's
+    assert "one process" in run.stdout and "gw0" not in run.stdout
+
+
+def test_a_lesson_past_twice_its_budget_fails_the_run_and_one_over_gets_a_line(course):
+    # 01_a takes over 2 s: at a bench step of 0.05 ms that is over 3000 s on the reference machine
+    run = _run(course, "-n", "2", "01_a.ipynb", bench_ms=0.05)
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "3 passed" in run.stdout and "FAIL" in run.stdout
+    assert re.search(r"lesson 01_a is over its share: [\d.]+ s at 80 ms against 180 s; more than 2×", run.stdout)
+    # again on a "machine" where the time just measured is 1.5× the budget: a line, and no failure
+    here = float(re.search(r"01_a\s+([\d.]+)", run.stdout).group(1))
+    run = _run(course, "-n", "2", "01_a.ipynb", bench_ms=round(here * REFERENCE_STEP_MS / (1.5 * LESSON_BUDGET_S), 5))
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "lesson 01_a is over its share" in run.stdout and "the run fails past 2×" in run.stdout
