@@ -101,24 +101,28 @@ def _distributing(config):
     return bool(getattr(config.option, "numprocesses", 0)) or hasattr(config, "workerinput")
 
 
-def _dist_given(config):
-    """Whether the user chose a --dist mode (xdist turns a bare -n into --dist load by itself)."""
-    args = [*config.invocation_params.args, *config.getini("addopts"), *os.environ.get("PYTEST_ADDOPTS", "").split()]
-    return any(str(a) == "--dist" or str(a).startswith("--dist=") or str(a) == "-d" for a in args)
+def _given(args, *flags):
+    """Whether the command line (addopts included) has one of ``flags``, alone, with "=" or glued on."""
+    return any(str(a) == f or str(a).startswith(f + "=") or (len(f) == 2 and str(a).startswith(f) and len(str(a)) > 2)
+               for a in args for f in flags)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config):
-    """No -n given and pytest-xdist present: one worker per CPU, grouped as the module doc says."""
-    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+def pytest_load_initial_conftests(early_config, parser, args):
+    """With pytest-xdist: as if the command said ``-n <CPUs> --dist loadscope`` (before any option is read,
+    so xdist takes them as the user's own), with the pieces of work of :func:`pytest_xdist_make_scheduler`.
+    A user's own -n keeps its number and gets the same pieces (xdist's default for a bare -n would split a
+    notebook's cells between workers); a user's own --dist is left alone."""
+    ns = early_config.known_args_namespace
+    if (not early_config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER")
+            or _given(args, "--dist", "-d", "--tx") or ns.collectonly or ns.usepdb):
         return
-    if config.option.numprocesses is None and not config.option.collectonly and not config.getoption("usepdb"):
+    if not _given(args, "-n", "--numprocesses"):
         cpus = available_cpus()
-        config.option.numprocesses = cpus if cpus > 1 else 0
-    if config.option.numprocesses and config.option.dist in ("no", "load") and not _dist_given(config):
-        config.option.dist = "loadscope"              # with the scopes of CourseScheduling below
-        config.option.loadscopereorder = False        # keep the order pytest_collection_modifyitems sets
-        config.stash[_GROUPED] = True
+        if cpus < 2:
+            return
+        args[:0] = ["-n", str(cpus)]
+    args[:0] = ["--dist", "loadscope", "--no-loadscope-reorder"]
+    early_config.stash[_GROUPED] = True
 
 
 def pytest_configure(config):
@@ -164,9 +168,10 @@ def _trains(item):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """In a grouped run, the heaviest pieces first, so that the longest start at once: notebooks that
-    train, then the solo group, then the rest, each by its number of tests. (Every worker collects, and
-    orders, the same way; the scheduler hands out the pieces in this order.)"""
+    """In a grouped run, the longest pieces first (the notebooks that train, by their number of cells),
+    then the test files, then the solo group last, where it slows nothing but the run's tail (a browser
+    beside a lesson that trains would slow both). Every worker collects, and orders, the same way; the
+    scheduler hands out the pieces in this order."""
     if not getattr(config, "workerinput", {}).get(GROUPED):
         return
     groups = {}
@@ -175,7 +180,7 @@ def pytest_collection_modifyitems(session, config, items):
 
     def weight(group):
         members = groups[group]
-        return (0 if any(_trains(i) for i in members) else 1 if group == "solo" else 2, -len(members))
+        return (2 if group == "solo" else 0 if any(_trains(i) for i in members) else 1, -len(members))
 
     items[:] = [item for group in sorted(groups, key=weight) for item in groups[group]]
 
@@ -260,7 +265,7 @@ def main(argv=None):
     if step is None:
         from grpo_edu.beyond.bench import step_ms
 
-        print("measuring this machine's bench step (grpo-edu bench --step-ms: 3 rounds of 20 steps)…", flush=True)
+        print("measuring this machine's bench step (grpo-edu bench --step-ms: 5 rounds of 20 steps on one thread)…", flush=True)
         step = step_ms()
         print(f"bench step: {step:.1f} ms", flush=True)
     command = [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider",
