@@ -122,3 +122,25 @@ def test_a_lesson_past_twice_its_budget_fails_the_run_and_one_over_gets_a_line(c
     run = _run(course, "-n", "2", "01_a.ipynb", bench_ms=round(here * REFERENCE_STEP_MS / (1.5 * LESSON_BUDGET_S), 5))
     assert run.returncode == 0, run.stdout[-3000:]
     assert "lesson 01_a is over its share" in run.stdout and "the run fails past 2×" in run.stdout
+
+
+def test_lesson_times_command_times_the_given_lessons(course, capfd):
+    from grpo_edu.cli import main
+
+    assert main(["lesson-times", str(course / "02_b.ipynb"), "--step-ms", "40", "--workers", "0"]) == 0
+    out = capfd.readouterr().out
+    assert "bench step here 40 ms, so ×2.00" in out
+    assert re.search(r"02_b\s+[\d.]+\s+[\d.]+\s+ok", out)             # here, at 80 ms (twice), within budget
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--step-ms", "-5"], "--step-ms: is -5. Fix: give grpo-edu bench's step in ms"),
+    (["--workers", "-1"], "--workers: is -1. Fix: give 0"),
+    (["no/such/lesson.ipynb"], "lessons: no/such/lesson.ipynb not found. Fix: name notebooks"),
+])
+def test_lesson_times_command_names_a_bad_argument_before_any_work(argv, message, capsys):
+    from grpo_edu.course.lesson_times import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--step-ms", "80"] if "--step-ms" not in argv else argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
