@@ -139,3 +139,10 @@ def test_lesson_times_command_names_a_bad_argument_before_any_work(argv, message
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--step-ms", "80"] if "--step-ms" not in argv else argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_bad_bench_step_stops_the_run_before_any_test(tmp_path):
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    assert True\n")
+    run = _run(tmp_path, "-n", "0", bench_ms="fast")
+    assert run.returncode == 4                                           # pytest's usage error
+    assert f"{BENCH_ENV}: is 'fast'" in run.stderr and "passed" not in run.stdout

@@ -144,8 +144,11 @@ def pytest_configure(config):
         if "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(1)
     if not hasattr(config, "workerinput"):            # the process that reports: the only one, or xdist's controller
-        config.pluginmanager.register(LessonClock(bench_step_from_env(), budget_mode_from_env()),
-                                      "grpo_edu_lesson_clock")
+        try:
+            clock = LessonClock(bench_step_from_env(), budget_mode_from_env())
+        except ValueError as err:                      # before any test runs, as a usage error (no traceback)
+            raise pytest.UsageError(str(err)) from None
+        config.pluginmanager.register(clock, "grpo_edu_lesson_clock")
 
 
 def _scope(nodeid):
