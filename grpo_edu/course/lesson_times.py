@@ -296,13 +296,3 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-
-def pytest_collection_finish(session):  # DBG
-    open("/tmp/dbg.txt", "a").write(f"FINISH {[i.nodeid for i in session.items][:3]} {getattr(session.config.option,'loadgroup', None)} {[list(i.iter_markers('xdist_group')) for i in session.items][:2]}\n")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection(session):  # DBG
-    open("/tmp/dbg.txt", "a").write(f"COLL {getattr(session.config.option,'loadgroup', None)} {[(h.plugin_name, h.tryfirst, h.trylast, h.hookwrapper, h.wrapper) for h in session.config.hook.pytest_collection_modifyitems.get_hookimpls()]}\n")
