@@ -38,6 +38,25 @@ def test_sampler_logprobs_match_a_full_forward(random_model, char_tokenizer):
     assert (entropy[m] > 0).all()
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_sampler_entropy_matches_a_full_forward_and_is_zero_after_eos(random_model, char_tokenizer, temperature):
+    prompts = ["12+34=", "7+8=", "50+50="]
+    g = torch.Generator().manual_seed(0)
+    r = generate(random_model, char_tokenizer, prompts, num_generations=4, max_new_tokens=6,
+                 temperature=temperature, generator=g, with_entropy=True)
+    _, entropy = completion_logprobs(random_model, r.input_ids, r.attention_mask, r.completion_ids.shape[1],
+                                     temperature=temperature, with_entropy=True)      # H of softmax(logits / τ)
+    m = r.completion_mask.bool()
+    assert r.entropy.shape == r.completion_ids.shape
+    assert temperature != 1.0 or not m.all()               # at τ = 1 some rows end early: zeros after EOS are tested
+    torch.testing.assert_close(r.entropy[m], entropy[m], atol=1e-5, rtol=1e-5)
+    assert (r.entropy[~m] == 0).all()
+    g = torch.Generator().manual_seed(0)
+    plain = generate(random_model, char_tokenizer, prompts, num_generations=4, max_new_tokens=6,
+                     temperature=temperature, generator=g)
+    assert plain.entropy is None and plain.completions == r.completions      # asking for it changes no sample
+
+
 def test_left_padding_does_not_change_logprobs(random_model, char_tokenizer):
     # the short prompt's log-probs must be the same alone and padded next to a longer prompt
     alone = _sample(random_model, char_tokenizer, ["5+6="], num_generations=1, temperature=0)

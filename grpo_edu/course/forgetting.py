@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.training.rollout import completion_logprobs, generate
+from grpo_edu.training.rollout import generate
 from grpo_edu.training.tasks import get_task
 
 
@@ -52,13 +52,12 @@ def probe(model, tokenizer, probes, *, num_samples, seed, max_new_tokens):
         task = get_task(name)
         generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
         rollout = generate(model, tokenizer, [r["prompt"] for r in rows], num_generations=num_samples,
-                           max_new_tokens=max_new_tokens, temperature=1.0, generator=generator)
+                           max_new_tokens=max_new_tokens, temperature=1.0, generator=generator,
+                           with_entropy=True)                      # the sampler's own π(·|q, o_<t): no second pass
         answers = [rows[i // num_samples]["answer"] for i in range(len(rollout.completions))]
         accuracy = sum(task.is_correct(c, a) for c, a in zip(rollout.completions, answers)) / len(answers)
-        _, entropy = completion_logprobs(model, rollout.input_ids, rollout.attention_mask,
-                                         rollout.completion_ids.shape[1], with_entropy=True)   # (N, T)
-        mask = rollout.completion_mask.bool()
-        out[name] = (accuracy, float(entropy[mask].mean()))
+        mask = rollout.completion_mask.bool()                                                  # (N, T)
+        out[name] = (accuracy, float(rollout.entropy[mask].mean()))
     return out
 
 

@@ -37,6 +37,7 @@ class Rollout:
     logprobs: torch.Tensor         # (N, T) log π_θold of each sampled token (at the temperature)
     completions: list
     """The N decoded completions, without special tokens."""
+    entropy: torch.Tensor | None = None   # (N, T) H(π(·|q, o_<t)) at each token, 0 after EOS; generate(with_entropy=True)
 
     @property
     def input_ids(self):           # (N, P + T)
@@ -109,11 +110,14 @@ def check_prompts(tokenizer, prompts, *, max_new_tokens, context=None, where="th
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, temperature=1.0,
-             generator=None):
+             generator=None, with_entropy=False):
     """Sample ``num_generations`` completions for each prompt; returns a :class:`Rollout`.
 
     ``temperature=0`` samples greedily (argmax). ``generator`` (a ``torch.Generator`` on the
-    model's device) makes the sampling reproducible.
+    model's device) makes the sampling reproducible. ``with_entropy``: also keep, at each
+    completion token, the entropy H = −Σ_v π(v) log π(v) of the distribution the loop holds
+    there anyway: the sampling one at τ > 0, the policy's own (τ = 1) when greedy. No extra
+    forward pass is needed (``Rollout.entropy``).
     """
     _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer)
     device = next(model.parameters()).device
@@ -125,7 +129,7 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     prompt_mask = enc["attention_mask"].to(device).repeat_interleave(num_generations, dim=0)
     N = prompt_ids.shape[0]
 
-    tokens, logps = [], []
+    tokens, logps, entropies = [], [], []
     finished = torch.zeros(N, dtype=torch.bool, device=device)
     # Without left padding the plain causal mask is exact, and letting the model build it
     # is much cheaper than passing an explicit mask at every decoding step.
@@ -144,6 +148,8 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
             logp = torch.log_softmax(logits, dim=-1)
             tok = logits.argmax(dim=-1, keepdim=True)                           # (N, 1)
         tok = tok.masked_fill(finished.unsqueeze(1), pad)                       # nothing after EOS
+        if with_entropy:
+            entropies.append(-(logp.exp() * logp).sum(-1, keepdim=True))       # (N, 1)
         tokens.append(tok)
         logps.append(logp.gather(1, tok))                                       # (N, 1)
         finished |= tok.squeeze(1) == eos
@@ -163,9 +169,10 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     logprobs = torch.cat(logps, dim=1) * completion_mask                        # (N, T)
     texts = tokenizer.batch_decode(completion_ids * completion_mask + pad * (1 - completion_mask),
                                    skip_special_tokens=True)
+    entropy = torch.cat(entropies, dim=1) * completion_mask if with_entropy else None   # (N, T)
     return Rollout(prompts=list(prompts), num_generations=num_generations, prompt_ids=prompt_ids,
                    prompt_mask=prompt_mask, completion_ids=completion_ids,
-                   completion_mask=completion_mask, logprobs=logprobs, completions=texts)
+                   completion_mask=completion_mask, logprobs=logprobs, completions=texts, entropy=entropy)
 
 
 def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens, *, temperature=1.0,
