@@ -53,8 +53,8 @@ checks every import in the source):
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
-that leave a final text in saved notebooks (``progress``), and the display pieces every layer
-may show: tables, notes, the course's colours (``display``).
+that leave a final text in saved notebooks (``progress``), the display pieces every layer
+may show: tables, notes, the course's colours (``display``), and one-writer lock files (``locks``).
 
 ``cli`` (over everything) — the ``grpo-edu`` command.
 """

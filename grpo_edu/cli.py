@@ -153,6 +153,23 @@ class MetricsFile:
             self.file.close()
 
 
+def check_metrics_out(path, *, replace=False):
+    """Refuse a ``--metrics-out`` that cannot be written, or that would silently replace another
+    run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``)."""
+    path = Path(path)
+    if path.is_dir():
+        _fail("--metrics-out", f"{path} is a folder", "pass a file path, e.g. metrics.jsonl")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        _fail("--metrics-out", f"the folder of {path} does not exist", f"create it first (mkdir -p {path.parent}), "
+              "or write the metrics elsewhere")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        _fail("--metrics-out", f"{path} cannot be written", "pass a file in a folder you can write to")
+    if path.exists() and not replace:
+        _fail("--metrics-out", f"{path} already holds metrics (another run's?)",
+              "pass another file, or --overwrite to replace it (--resume rewrites it with the resumed run's history)")
+
+
 def _fail(arg, problem, fix):
     from grpo_edu.common import _checks
 
@@ -168,8 +185,8 @@ def cmd_train(args):
     if args.resume and args.overwrite:
         _fail("--overwrite", "cannot be combined with --resume",
               "resume a run (it keeps its checkpoints) or overwrite it, not both")
-    if args.metrics_out and os.path.isdir(args.metrics_out):
-        _fail("--metrics-out", f"{args.metrics_out} is a folder", "pass a file path, e.g. metrics.jsonl")
+    if args.metrics_out:                          # every output path is checked before anything is deleted
+        check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite)
     if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
         args.output_dir = default_run_dir()
     config = _config_from(args)                    # every field checked before any model loads
@@ -238,6 +255,10 @@ def cmd_eval(args):
 def cmd_replay(args):
     from grpo_edu.training.replay import describe_file
 
+    if args.show < 0:
+        _fail("--show", f"is {args.show}", "give how many of the strongest samples to print, 0 or more")
+    if Path(args.path).is_dir():
+        _fail("path", f"{args.path} is a folder", "name the buffer file inside it, e.g. replay.sqlite")
     print(describe_file(args.path, show=args.show))
     return 0
 
@@ -386,6 +407,9 @@ def main(argv=None):
         except ValueError as err:      # the library's checked errors: show the message, not a traceback
             print(f"grpo-edu {args.command}: error: {err}", file=sys.stderr)
             return 2
+        except BrokenPipeError:        # `grpo-edu replay FILE | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+            return 0
 
 
 if __name__ == "__main__":

@@ -274,3 +274,21 @@ def test_checkpoint_files_are_checked_without_loading_them(two_checkpoints):
     (folder / "y.safetensors").write_bytes(os.urandom(4))
     assert "truncated" in ckpt.safetensors_problem(folder / "y.safetensors")
     assert [s for s, _ in ckpt.intact_checkpoints(two_checkpoints)] == [2, 1]
+
+
+def test_planted_links_at_the_old_temporary_names_are_never_followed(tmp_path, make):
+    """Temporary files and folders used to be named after the pid (predictable): a link planted there was
+    written through. Now each is created exclusively, under a name nobody can guess."""
+    import os
+
+    out, outside = tmp_path / "run", tmp_path / "outside"
+    out.mkdir(), outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    pid = os.getpid()
+    (out / f".checkpoint-000001.tmp-{pid}").symlink_to(outside, target_is_directory=True)
+    (out / f"latest.json.tmp-{pid}").symlink_to(outside / "precious.txt")
+    t = make(out, steps=1)
+    t.train(progress=False)
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
+    assert (outside / "precious.txt").read_text() == "keep me"
+    assert _latest(out) == "checkpoint-000001" and (out / "checkpoint-000001" / "model.safetensors").is_file()

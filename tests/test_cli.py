@@ -227,3 +227,58 @@ def test_diagnose_names_a_broken_file_and_exits_2(tmp_path, capsys):
     assert "--plot: the folder of no/such/dir/p.png does not exist" in capsys.readouterr().err
     assert main(["diagnose", str(tmp_path / "ok.jsonl"), "--evals", "ok.jsonl"]) == 2   # metrics, not evaluations
     assert "evals: ok.jsonl is not a list of {'step', 'accuracy'} records" in capsys.readouterr().err
+
+
+# --- nothing lost: every output path is checked before anything is deleted -----------------
+
+def test_overwrite_with_an_unwritable_metrics_file_deletes_nothing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--output-dir", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    assert main(["train", *TINY, "--output-dir", str(out), "--overwrite", "--metrics-out", "no/such/folder/m.jsonl"]) == 2
+    assert "--metrics-out: the folder of no/such/folder/m.jsonl does not exist. Fix: create it first" \
+        in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == before            # the old run's checkpoints are all there
+
+
+def test_a_second_runs_metrics_file_does_not_silently_replace_the_first(tmp_path, capsys):
+    assert main(["train", *TINY, "--output-dir", "a", "--metrics-out", "m.jsonl"]) == 0
+    first = (tmp_path / "m.jsonl").read_text()
+    capsys.readouterr()
+    assert main(["train", *TINY, "--output-dir", "b", "--metrics-out", "m.jsonl"]) == 2
+    assert "--metrics-out: m.jsonl already holds metrics (another run's?)" in capsys.readouterr().err
+    assert (tmp_path / "m.jsonl").read_text() == first and not (tmp_path / "b").exists()
+    assert main(["train", *TINY, "--output-dir", "b", "--metrics-out", "m.jsonl", "--overwrite"]) == 0
+
+
+def test_a_replay_path_inside_a_new_output_dir_simply_works(tmp_path):
+    assert main(["train", *TINY, "--output-dir", "runs/x", "--replay-path", "runs/x/buf.sqlite",
+                 "--replay-ratio", "0.3"]) == 0
+    assert (tmp_path / "runs" / "x" / "buf.sqlite").is_file() and (tmp_path / "runs" / "x" / "latest.json").is_file()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["replay", "."], "path: . is a folder. Fix: name the buffer file inside it"),
+    (["replay", "b.sqlite", "--show", "-1"], "--show: is -1. Fix: give how many"),
+])
+def test_grpo_edu_replay_refuses_a_folder_and_a_negative_count(tmp_path, capsys, argv, message):
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    with ReplayBuffer(10, path=tmp_path / "b.sqlite", top_fraction=1.0) as buf:
+        buf.add([ReplaySample("1+1=", "2", 1.0, 1.0)], round=1)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_grpo_edu_replay_into_a_closed_pipe_ends_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    with ReplayBuffer(5000, path=tmp_path / "b.jsonl", top_fraction=1.0) as buf:
+        buf.add([ReplaySample(f"{i}+1=", str(i + 1), 1.0, 1.0) for i in range(5000)], round=1)
+    run = subprocess.run(f"{sys.executable} -m grpo_edu.cli replay b.jsonl --show 5000 | head -n 1", shell=True,
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.stdout.startswith("b.jsonl: 5000 samples") and "Traceback" not in run.stderr, run.stderr

@@ -394,3 +394,36 @@ def test_the_trl_example_script_refuses_an_unknown_run_before_importing_trl(caps
 
     assert main(["nonsense"]) == 2
     assert "unknown run 'nonsense'; choose from healthy, lr-too-high" in capsys.readouterr().err
+
+
+# --- a diverged run is never called healthy ---------------------------------------------------
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_run_whose_last_steps_are_not_finite_is_reported_diverged(tmp_path, value):
+    rows = history()
+    for row in rows[-5:]:                                              # the last 5 steps blew up
+        row.update(loss=value, kl=value, grad_norm=value)
+    findings = diagnose(rows)
+    assert first(findings) == "non_finite"
+    assert findings[0].symptom == "the run diverged at step 56: loss, kl, grad_norm became NaN or ∞"
+    assert "at 5 of 60 logged steps" in findings[0].evidence["summary"]
+    path = tmp_path / "m.jsonl"                                        # as JSONL (json writes NaN / Infinity)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert first(diagnose(path)) == "non_finite"
+    assert format_findings(diagnose(path)) != "no problems found"
+
+
+def test_a_non_finite_reward_names_the_step_it_diverged_at():
+    rows = history()
+    rows[40]["reward_mean"] = float("nan")
+    with pytest.raises(ValueError, match=r"^history: step 41: reward_mean is nan: the run diverged there.*the rows "
+                                         r"up to step 40"):
+        diagnose(rows)
+
+
+@pytest.mark.parametrize("key, value", [("dead_group_fraction", 1.5), ("clip_fraction", -0.2), ("accuracy", 7.0)])
+def test_a_fraction_outside_zero_to_one_is_refused(key, value):
+    rows = history()
+    rows[10][key] = value
+    with pytest.raises(ValueError, match=rf"^history: step 11: {key} is {value!r}, but it is a fraction \(0 to 1\)"):
+        diagnose(rows)

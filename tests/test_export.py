@@ -181,3 +181,19 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, random
     for a, b in zip(g_theirs, g_ours):
         if a is not None:
             assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_no_clipping_is_exported_to_verl_as_no_clipping():
+    """grpo_edu and TRL read max_grad_norm 0 as "no clipping"; verl clips at grad_clip on every update, so a
+    0 there would zero every gradient."""
+    pairs = dict(to_verl(GRPOConfig(max_grad_norm=0.0))[1]["pairs"])
+    assert pairs["actor_rollout_ref.actor.grad_clip"] == 1e9
+    assert dict(to_verl(GRPOConfig(max_grad_norm=0.5))[1]["pairs"])["actor_rollout_ref.actor.grad_clip"] == 0.5
+    import torch
+
+    w = torch.nn.Parameter(torch.ones(3))
+    w.grad = torch.full((3,), 5.0)
+    torch.nn.utils.clip_grad_norm_([w], pairs["actor_rollout_ref.actor.grad_clip"])   # what verl does with it
+    assert torch.equal(w.grad, torch.full((3,), 5.0))
+    torch.nn.utils.clip_grad_norm_([w], 0.0)                            # what 0 would have done
+    assert torch.equal(w.grad, torch.zeros(3))

@@ -118,3 +118,21 @@ def test_bundled_and_hub_names_pass_through(monkeypatch):
     assert locate_model("bundled") == (str(ASSET), {"kind": "bundled"})
     monkeypatch.setattr(models, "hub_unreachable", lambda: None)
     assert locate_model("Qwen/Qwen2.5-0.5B-Instruct") == ("Qwen/Qwen2.5-0.5B-Instruct", {"kind": "hub"})
+
+
+def test_a_latest_json_that_points_out_of_the_run_folder_is_refused(tmp_path):
+    outside = tmp_path / "outside" / "ckpt"
+    shutil.copytree(ASSET, outside)
+    (outside / "trainer_state.json").write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+    for target in ("../outside/ckpt", str(outside)):
+        (run / "latest.json").write_text(json.dumps({"checkpoint": target, "step": 2}))
+        with pytest.raises(ValueError, match=r"^model: .*latest\.json names '.*ckpt', not one of this folder's "
+                                             "checkpoint-NNNNNN folders"):
+            locate_model(str(run))
+
+
+def test_trust_remote_code_says_what_it_allows():
+    with pytest.warns(UserWarning, match=r"^trust_remote_code: on, so loading .* runs any Python code"):
+        load_model_and_tokenizer(str(ASSET), trust_remote_code=True)

@@ -290,3 +290,175 @@ def test_grpo_edu_replay_prints_a_summary_and_changes_nothing(tmp_path, capsys):
     assert {p.name for p in tmp_path.iterdir()} <= {"b.sqlite", "b.sqlite-wal", "b.sqlite-shm"}
     assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
     assert "no buffer file" in capsys.readouterr().err
+
+
+# --- one writer, and nothing lost (issue: nothing lost, second pass) -------------------------
+
+@pytest.mark.parametrize("name", ["b.jsonl", "b.sqlite"])
+def test_a_buffer_file_has_one_writer_and_a_second_is_refused_naming_it(tmp_path, name):
+    path = tmp_path / name
+    first = ReplayBuffer(10, path=path, top_fraction=1.0)
+    first.add([S("1+1=", 1.0, answer="2")], round=1)
+    with pytest.raises(ValueError, match=rf"^path: {path} is being written by another writer in this process: its "
+                                         r"lock file .*\.b\.\w+\.lock is held\. Fix: .*close it first"):
+        ReplayBuffer(10, path=path)
+    first.close()
+    with ReplayBuffer(10, path=path) as second:                      # closed: the next writer may open it
+        assert [s.question for s in second.samples()] == ["1+1="]
+    assert sorted(p.name for p in tmp_path.iterdir() if "lock" in p.name) == []
+
+
+def test_a_writer_in_another_process_is_named_and_its_lock_is_taken_over_once_it_dies(tmp_path):
+    path = tmp_path / "b.sqlite"
+    code = textwrap.dedent(f"""
+        import sys, time
+        from grpo_edu.training.replay import ReplayBuffer
+        buf = ReplayBuffer(10, path={str(path)!r})
+        print("open", flush=True)
+        time.sleep(120)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "open"
+        with pytest.raises(ValueError, match=rf"is being written by process {child.pid} on "):
+            ReplayBuffer(10, path=path)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    with ReplayBuffer(10, path=path) as buf:                          # a killed writer's lock is stale
+        assert len(buf) == 0
+
+
+def test_a_closed_buffer_refuses_to_write_instead_of_corrupting_its_file(tmp_path):
+    path = tmp_path / "b.sqlite"
+    buf = ReplayBuffer(10, path=path, top_fraction=1.0)
+    buf.close()
+    with pytest.raises(ValueError, match="^path: this buffer of .* was closed"):
+        buf.add([S("1+1=", 1.0)], round=1)
+    with ReplayBuffer(10, path=path) as again:
+        assert len(again) == 0                                        # still a readable SQLite buffer
+
+
+@pytest.mark.parametrize("name", ["exp#1.sqlite", "a?b%20c.sqlite", "exp#2.jsonl"])
+def test_a_buffer_path_with_uri_characters_is_written_and_read_back(tmp_path, name, capsys):
+    from grpo_edu.cli import main
+    from grpo_edu.training.replay import read_file
+
+    path = tmp_path / name
+    with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
+        buf.add([S("12+34=", 1.5, answer="46")], round=1)
+    assert [s.answer for s, _ in read_file(path)] == ["46"]
+    with ReplayBuffer(10, path=path) as again:
+        assert len(again) == 1
+    assert main(["replay", str(path)]) == 0 and "1 samples" in capsys.readouterr().out
+    # reading made no stray file (an unescaped URI made one named after the path cut at '#' or '?');
+    # SQLite's own -wal/-shm side files may stay beside a WAL database
+    assert {p.name for p in tmp_path.iterdir()} <= {name, f"{name}-wal", f"{name}-shm"}
+
+
+@pytest.mark.parametrize("name", ["kept.jsonl", "kept.sqlite"])
+def test_a_write_protected_buffer_is_refused_and_left_as_it_is(tmp_path, name):
+    path = tmp_path / name
+    with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
+        buf.add([S("1+1=", 1.0, answer="2")], round=1)
+    path.chmod(0o444)
+    before = path.read_bytes()
+    try:
+        if os.access(path, os.W_OK):
+            pytest.skip("running as a user who can write read-only files (root): nothing to refuse")
+        with pytest.raises(ValueError, match=rf"^path: {path} is read-only.*Fix: to replay it, copy it"):
+            ReplayBuffer(10, path=path)
+        assert path.read_bytes() == before
+    finally:
+        path.chmod(0o644)
+
+
+def test_a_write_protected_buffer_is_refused_even_for_root(tmp_path, monkeypatch):
+    """Root can write a 0444 file, so the check is driven through os.access as a normal user sees it."""
+    path = tmp_path / "kept.jsonl"
+    with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
+        buf.add([S("1+1=", 1.0, answer="2")], round=1)
+    before = path.read_bytes()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(path) and mode & os.W_OK else real(p, mode))
+    with pytest.raises(ValueError, match=r"is read-only, so this buffer cannot write to it"):
+        ReplayBuffer(10, path=path)
+    assert path.read_bytes() == before and not (tmp_path / ".kept.jsonl.lock").exists()
+
+
+def test_a_buffer_in_a_missing_folder_is_created_and_a_read_only_folder_is_refused(tmp_path, monkeypatch):
+    with ReplayBuffer(10, path=tmp_path / "runs" / "x" / "buf.sqlite") as buf:    # e.g. inside a new output_dir
+        assert len(buf) == 0
+    assert (tmp_path / "runs" / "x" / "buf.sqlite").is_file()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(locked) else real(p, mode))
+    with pytest.raises(ValueError, match=rf"^path: cannot create or write .*buf\.sqlite \({locked} is not a "
+                                         r"writable folder\)"):
+        ReplayBuffer(10, path=locked / "sub" / "buf.sqlite")
+    assert list(locked.iterdir()) == []
+
+
+def _jsonl(path, *lines):
+    path.write_text("\n".join([json.dumps({"format": FORMAT}), *lines]) + "\n", encoding="utf-8")
+    return path.read_bytes()
+
+
+def _row(seq, question="q", rnd=0):
+    return json.dumps({"seq": seq, "round": rnd, "question": question, "answer": "1", "advantage": 1.0, "reward": 1.0})
+
+
+@pytest.mark.parametrize("lines, message", [
+    ((_row(0, "a"), _row(1, "b"), _row(0, "c")), r"has seq 0 on both line 2 and line 4 \(two files joined"),
+    ((_row(0), "null"), r"broken sample on line 3 \(TypeError: the line is NoneType"),
+    ((_row(0), json.dumps({**json.loads(_row(1)), "seq": "1"})), r"line 3 \(TypeError: seq must be a whole number"),
+    ((json.dumps({**json.loads(_row(0)), "round": -2}),), r"line 2 \(TypeError: round must be a whole number ≥ 0"),
+])
+def test_a_jsonl_buffer_with_clashing_or_malformed_lines_is_refused_untouched(tmp_path, lines, message):
+    path = tmp_path / "b.jsonl"
+    before = _jsonl(path, *lines)
+    with pytest.raises(ValueError, match=message):
+        ReplayBuffer(10, path=path)
+    assert path.read_bytes() == before
+
+
+def test_a_sqlite_buffer_with_a_non_numeric_round_is_refused_and_not_switched_to_wal(tmp_path):
+    path = tmp_path / "b.sqlite"
+    with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
+        buf.add([S("1+1=", 1.0, answer="2")], round=1)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=DELETE")
+    with db:
+        db.execute("UPDATE replay_samples SET round = 'soon'")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"has a broken sample \(seq 0: round must be a whole number ≥ 0, got 'soon'\)"):
+        ReplayBuffer(10, path=path)
+    assert path.read_bytes() == before
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+@pytest.mark.parametrize("name", ["b.jsonl", "b.sqlite"])
+def test_load_state_rolls_back_only_its_own_writers_samples(tmp_path, name):
+    path = tmp_path / name
+    with ReplayBuffer(10, path=path, top_fraction=1.0, writer="run-a") as a:
+        a.add([S("a1", 1.0)], round=1)
+        saved = a.state()
+        a.add([S("a2", 1.0)], round=2)                                  # after the "checkpoint": A's own
+    with ReplayBuffer(10, path=path, top_fraction=1.0, writer="run-a") as a:
+        assert a.load_state(saved) == 1                                 # A's later sample is rolled back
+        assert [s.question for s in a.samples()] == ["a1"]
+        a.add([S("a2", 1.0)], round=2)
+    with ReplayBuffer(10, path=path, top_fraction=1.0, writer="run-b") as b:
+        b.add([S("b1", 1.0)], round=3)                                  # another run appends
+        assert [b.writer_of(seq) for seq in range(3)] == ["run-a", "run-a", "run-b"]
+    content = path.read_bytes()
+    with ReplayBuffer(10, path=path, top_fraction=1.0, writer="run-a") as a:
+        with pytest.raises(ValueError, match=r"^replay_path: .* holds 1 sample that the state does not, added by "
+                                             r"run run-b, not by run run-a.*Fix: give this buffer another file"):
+            a.load_state(saved, arg="replay_path")
+        assert [s.question for s in a.samples()] == ["a1", "a2", "b1"]
+    assert path.read_bytes() == content or name.endswith(".sqlite")     # (SQLite may checkpoint its WAL)
+    assert [s.question for s, _ in __import__("grpo_edu.training.replay", fromlist=["read_file"]).read_file(path)] \
+        == ["a1", "a2", "b1"]

@@ -169,3 +169,85 @@ def test_a_corrupt_buffer_file_fails_before_the_model_loads_and_is_not_changed(t
     with pytest.raises(ValueError, match=r"^path: .*b.sqlite is not a readable replay buffer"):
         GRPOTrainer(GRPOConfig(**FAST, replay_ratio=0.3, replay_path=str(bad)))
     assert bad.read_bytes() == b"not a database at all"
+
+
+# --- nothing lost: one writer per buffer file, and a resume never deletes another run's samples ---
+
+def test_a_second_trainer_on_a_busy_buffer_file_is_refused_before_any_work(tmp_path, make):
+    path = str(tmp_path / "shared.sqlite")
+    first = make(replay_path=path)
+    first.train(progress=False)
+    stored = read_file(path)
+    with pytest.raises(ValueError, match=r"^path: .*shared\.sqlite is being written by another writer in this process"):
+        make(replay_path=path)
+    first.replay_buffer.close()
+    assert read_file(path) == stored
+    make(replay_path=path).replay_buffer.close()                     # free again once the first is closed
+
+
+def test_resuming_a_run_after_another_appended_to_its_buffer_is_refused_and_deletes_nothing(tmp_path, make):
+    path = str(tmp_path / "shared.jsonl")
+    a = make(replay_path=path, output_dir=str(tmp_path / "a"))
+    for _ in range(2):
+        a.step()
+    a.save_checkpoint()
+    a.step()                                                          # past the checkpoint: A's own samples
+    a.replay_buffer.close()
+    b = make(replay_path=path, output_dir=str(tmp_path / "b"), seed=1)
+    b.train(progress=False)                                           # another run appends to the same file
+    b.replay_buffer.close()
+    content = (tmp_path / "shared.jsonl").read_bytes()
+    resumed = make(replay_path=path)
+    with pytest.raises(ValueError, match=rf"^replay_path: .*shared\.jsonl holds \d+ samples? that the state does not, "
+                                         rf"added by run {b.run_id}, not by run {a.run_id}.*another replay_path"):
+        resumed.train(resume_from=tmp_path / "a", progress=False)
+    resumed.replay_buffer.close()
+    assert (tmp_path / "shared.jsonl").read_bytes() == content        # B's samples are all still there
+    # the fix the message names: resume into another buffer file, which starts as the checkpoint's buffer
+    fresh = make(replay_path=str(tmp_path / "a-resumed.jsonl"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh.load_checkpoint(tmp_path / "a")
+    saved = json.loads((tmp_path / "a" / "checkpoint-000002" / "trainer_state.json").read_text())
+    assert [[seq, rnd, s.question, s.answer] for seq, (s, rnd) in
+            zip([e[0] for e in saved["replay"]["buffer"]["entries"]], read_file(tmp_path / "a-resumed.jsonl"))] == \
+        [e[:4] for e in saved["replay"]["buffer"]["entries"]]
+    fresh.train(progress=False)
+    fresh.replay_buffer.close()
+
+
+def test_a_refused_resume_while_the_run_is_live_leaves_its_buffer_untouched(tmp_path, make):
+    """A live run (another process) holds its folder and its buffer; resuming it is refused before the
+    buffer is rolled back."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    path, out = tmp_path / "live.sqlite", tmp_path / "run"
+    a = make(replay_path=str(path), output_dir=str(out))
+    for _ in range(2):
+        a.step()
+    a.save_checkpoint()
+    a.step()
+    a.replay_buffer.close()
+    content = read_file(path)
+    code = textwrap.dedent(f"""
+        import time
+        from grpo_edu.training import run_folder
+        from grpo_edu.training.replay import ReplayBuffer
+        run_folder.acquire_lock({str(out)!r})
+        buf = ReplayBuffer(10_000, path={str(path)!r})
+        print("live", flush=True)
+        time.sleep(120)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "live"
+        with pytest.raises(ValueError, match=rf"is being written by process {child.pid} on "):
+            make(replay_path=str(path), output_dir=str(out)).train(resume_from=out, progress=False)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert read_file(path) == content                                # nothing rolled back

@@ -163,7 +163,12 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         put("actor_rollout_ref.actor.loss_scale_factor", c.max_completion_length,
             "else verl divides by the padded response length of each batch, not max_completion_length")
     put("actor_rollout_ref.actor.entropy_coeff", 0, "no entropy bonus in GRPO")
-    put("actor_rollout_ref.actor.grad_clip", c.max_grad_norm)
+    if c.max_grad_norm > 0:
+        put("actor_rollout_ref.actor.grad_clip", c.max_grad_norm)
+    else:
+        put("actor_rollout_ref.actor.grad_clip", 1e9,
+            "max_grad_norm 0 means no clipping in grpo_edu and TRL; verl clips at grad_clip on every update, "
+            "so 0 would scale every gradient to 0: a huge norm turns clipping off")
     put("actor_rollout_ref.actor.optim.lr", c.learning_rate)
     put("actor_rollout_ref.actor.optim.betas", f"[{ADAM_BETAS[0]},{ADAM_BETAS[1]}]", "verl's default is (0.9, 0.999)")
     put("actor_rollout_ref.actor.optim.weight_decay", 0.0, "verl's default is 0.01; grpo_edu uses none")

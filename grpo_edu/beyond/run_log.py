@@ -11,7 +11,9 @@
   through :data:`TRL_NAMES`.
 
 Every row is checked before anything reads it (a step number, a finite reward, numbers or None
-for the other metrics); ``grpo_edu.beyond.diagnose`` reads the result.
+for the other metrics, shares within [0, 1]); a NaN or ±∞ metric is kept as a fact of the run
+(the row's :data:`NON_FINITE` list: it diverged there), never read as "not measured".
+``grpo_edu.beyond.diagnose`` reads the result.
 """
 
 import json
@@ -53,6 +55,12 @@ TRL_NAMES = {
 METRICS = ("loss", "reward_mean", "reward_std", "accuracy", "dead_group_fraction", "clip_fraction", "kl",
            "ratio_mean", "entropy", "completion_length", "grad_norm", "truncated_fraction")
 """The metrics the rules read; each value must be a number or None (not measured)."""
+
+FRACTIONS = ("accuracy", "dead_group_fraction", "clip_fraction", "truncated_fraction")
+"""Metrics that are shares, so a value outside [0, 1] is refused."""
+
+NON_FINITE = "non_finite"
+"""A checked row's list of the metrics logged as NaN or ±∞ (a diverged step), when there are any."""
 
 
 def load_run(source, *, arg="history"):
@@ -129,6 +137,12 @@ def _checked_history(rows, where, arg):
                      "let the run log more steps (TRL: a smaller logging_steps)")
     clean, last = [], None
     for i, row in enumerate(rows):
+        if _checks.is_finite_number(row.get("step")) and isinstance(row.get("reward_mean"), float) \
+                and not math.isfinite(row["reward_mean"]):
+            _checks.fail(arg, f"{where}step {row['step']}: reward_mean is {row['reward_mean']!r}: the run diverged "
+                         "there, or its log is damaged",
+                         f"diagnose the steps before it (the rows up to step {last}), and see lesson 09 for a "
+                         "diverged run (learning rate too high, β or max_grad_norm too loose)")
         missing = [k for k in ("step", "reward_mean") if not _checks.is_finite_number(row.get(k))]
         if missing:
             _checks.fail(arg, f"{where}row {i + 1} has no {' or '.join(missing)} (its keys: {sorted(row)[:8]})",
@@ -140,11 +154,16 @@ def _checked_history(rows, where, arg):
         row = dict(row)
         for key in METRICS:
             value = row.get(key)
-            if isinstance(value, float) and math.isnan(value):
-                row[key] = None                      # not measured
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = None                      # no number to read; the non_finite rule reports it
+                row.setdefault(NON_FINITE, []).append(key)
             elif value is not None and not _checks.is_finite_number(value):
                 _checks.fail(arg, f"{where}step {row['step']}: {key} is {value!r}, not a number",
                              "log numbers (or null when a metric was not measured)")
+            elif value is not None and key in FRACTIONS and not 0 <= value <= 1:
+                _checks.fail(arg, f"{where}step {row['step']}: {key} is {value!r}, but it is a fraction (0 to 1)",
+                             "pass the run's own log; a fraction outside [0, 1] means the file is damaged or "
+                             "its columns are mislabelled")
         clean.append(row)
     return clean
 

@@ -14,6 +14,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from grpo_edu.beyond.run_log import NON_FINITE
 from grpo_edu.common import _checks
 
 COLLAPSE_FRACTION = 0.25
@@ -112,6 +113,31 @@ def _raise_beta(log):
 
 
 # --- the rules -----------------------------------------------------------------------------
+def _non_finite(log):
+    """A metric was logged as NaN or ±∞ at some step: the run diverged there (any such step).
+
+    Severity 200, above every other finding: nothing after that step can be read as learning.
+    """
+    bad = [(r["step"], r[NON_FINITE]) for r in log.rows if r.get(NON_FINITE)]
+    if not bad:
+        return None
+    first, keys = bad[0]
+    names = sorted({k for _, ks in bad for k in ks})
+    summary = (f"{', '.join(names)} not finite (NaN or ∞) at {len(bad)} of {log.n} logged steps, first at step "
+               f"{first} ({', '.join(keys)})")
+    evidence = _evidence(keys[0], [(s, 1.0) for s, _ in bad], summary)
+    return Finding(
+        "non_finite", f"the run diverged at step {first}: {', '.join(keys)} became NaN or ∞", evidence,
+        ["a learning rate too high for the model (the update overshoots until the numbers overflow)",
+         "a reward of NaN or ∞ from a reward function", "no gradient clipping (max_grad_norm 0)"],
+        [_lower_lr(log, 10, "smaller steps: the update no longer overshoots"),
+         ("max_grad_norm", "0 → 1.0" if log.config.get("max_grad_norm") == 0 else "keep it on, e.g. 1.0",
+          "clipping each update's gradient norm: one bad batch cannot blow the weights up"),
+         ("reward functions", "check they return finite numbers (the trainer refuses NaN up front)",
+          "a NaN reward makes every advantage NaN")],
+        "09_diagnostics_clinic", 200.0)
+
+
 def _no_reward_signal(log):
     """Rewards never vary: mean dead_group_fraction over the start ≥ 0.9.
 
@@ -591,6 +617,7 @@ def _reward_up_accuracy_down(log):
 
 
 RULES = (
+    (_non_finite, "every logged metric is finite (no NaN or ∞)", ("reward_mean",)),
     (_no_reward_signal, "rewards vary within groups from the start", ("dead_group_fraction",)),
     (_few_live_groups, "most groups are live from the start", ("dead_group_fraction",)),
     (_dead_groups_late, "dead groups do not take over late", ("dead_group_fraction",)),

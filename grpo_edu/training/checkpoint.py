@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from grpo_edu.common import _checks
 LATEST = "latest.json"
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 """Names of the folders this module writes; ``checkpoint-best`` and the like never match."""
-TEMPORARY = re.compile(r"^\.checkpoint-\d+\.(tmp|old)-\d+$|^latest\.json\.tmp-\d+$")
+TEMPORARY = re.compile(r"^\.checkpoint-\d+\.(tmp|old)-\w+$|^latest\.json\.tmp-\w+$")
 """Names of the half-written files a killed run can leave behind."""
 
 
@@ -64,12 +65,15 @@ def new_run_id():
 
 
 def _write_json(path, data):
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
+    path = Path(path)
+    # created exclusively under an unpredictable name: a file or link planted beforehand is never followed
+    fd, tmp = tempfile.mkstemp(prefix=f"{path.name}.tmp-", dir=path.parent)
     try:
-        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=1, ensure_ascii=False))
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
 
 
 def _read_json(path):
@@ -179,6 +183,9 @@ def find_checkpoint(path, *, arg="resume_from"):
         except (OSError, ValueError, KeyError, TypeError) as err:
             _checks.fail(arg, f"{path / LATEST} is damaged ({err.__class__.__name__}: {err})",
                          intact_hint(path, arg), error=CheckpointError)
+        if not (isinstance(name, str) and CHECKPOINT.match(name)):   # never a path out of the run folder
+            _checks.fail(arg, f"{path / LATEST} names {str(name)[:200]!r}, not one of this folder's checkpoint-NNNNNN "
+                         "folders", intact_hint(path, arg), error=CheckpointError)
         if not (folder / "trainer_state.json").exists():
             _checks.fail(arg, f"{path / LATEST} names {name}, which is missing or incomplete",
                          intact_hint(path, arg), error=CheckpointError)
@@ -233,10 +240,11 @@ def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, confi
     output_dir = Path(output_dir)
     name = checkpoint_name(step)
     final = output_dir / name
-    tmp, old = output_dir / f".{name}.tmp-{os.getpid()}", output_dir / f".{name}.old-{os.getpid()}"
+    old = output_dir / f".{name}.old-{uuid.uuid4().hex[:12]}"
+    tmp = None
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=output_dir))   # new and ours: nothing planted
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
@@ -251,7 +259,8 @@ def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, confi
         shutil.rmtree(old, ignore_errors=True)
         _write_json(output_dir / LATEST, {"checkpoint": name, "step": step, "run_id": run_id})
     except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         intact = intact_checkpoints(output_dir)
         kept = f"checkpoint {intact[0][0]} ({intact[0][1]}) is intact" if intact else "no earlier checkpoint exists"
         what = "disk full" if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) else "could not write"
@@ -260,7 +269,8 @@ def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, confi
                      f"free space (or fix the permissions) there, then resume with --resume {output_dir} "
                      f"(train(resume_from={str(output_dir)!r}) in Python)", error=CheckpointWriteError)
     except BaseException:            # interrupted (Ctrl-C, Jupyter's Stop): leave no half-written folder
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final, {"removed": rotate(output_dir, run_id, step, keep)}
 

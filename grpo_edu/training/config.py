@@ -27,9 +27,9 @@ CHOICES = {
 
 # fields that may differ when a run is resumed: they do not change what a step computes
 # (a new length changes the linear schedule's learning rate from the resumed step on: the
-# trainer warns when that happens)
+# trainer warns when that happens; a new replay_path starts from the buffer the checkpoint holds)
 RESUMABLE_CHANGES = ("total_training_steps", "total_epochs", "output_dir", "checkpoint_every",
-                     "eval_size", "eval_every", "device", "gradient_checkpointing")
+                     "eval_size", "eval_every", "device", "gradient_checkpointing", "replay_path")
 
 
 @dataclass(frozen=True)

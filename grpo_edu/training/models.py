@@ -13,6 +13,7 @@ instead of after a minute of download retries.
 import os
 import re
 import socket
+import warnings
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -143,6 +144,10 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
 
     hf_logging.disable_progress_bar()  # one tqdm bar (the trainer's) is enough
     source = resolve_model(name_or_path)
+    if trust_remote_code:
+        warnings.warn(f"trust_remote_code: on, so loading {name_or_path!r} runs any Python code its folder or hub "
+                      "repository ships (modeling_*.py, tokenizer code) with your permissions; use it only for a "
+                      "model whose code you have read or whose author you trust", stacklevel=2)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code)

@@ -29,6 +29,13 @@ Storage: in memory; a ``.jsonl`` file (rewritten atomically after each change); 
 (``.sqlite``/``.db``, write-ahead log, one transaction per ``add``), so a run killed mid-way
 keeps every sample whose ``add`` had returned. Reopening a file gives the same contents; a
 corrupt file, or one written in another format, is reported and never modified.
+
+A buffer file has **one writer at a time**, as a run's output folder has: the object that
+opens it holds ``.NAME.lock`` beside it (``grpo_edu.common.locks``) until ``close()``, and a
+second writer is refused, naming the first. Reading (``read_file``, ``grpo-edu replay``)
+takes no lock and changes nothing. The file also records **who wrote what**: the first seq
+each writer (a run id, or none) added, so that a resumed run rolls back only its own samples
+and refuses to delete another run's (``load_state``).
 """
 
 import heapq
@@ -37,11 +44,12 @@ import math
 import os
 import random
 import sqlite3
+import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpo_edu.common import _checks
+from grpo_edu.common import _checks, locks
 
 FORMAT = "grpo_edu.training.replay/1"
 """Written into every buffer file; a file with another value is refused."""
@@ -149,7 +157,7 @@ class _Entry:
 class ReplayBuffer:
     """A capped pool of good past samples; see the module docstring for the exact rules."""
 
-    def __init__(self, capacity, *, path=None, min_advantage=0.0, top_fraction=0.5, seed=None):
+    def __init__(self, capacity, *, path=None, min_advantage=0.0, top_fraction=0.5, seed=None, writer=None):
         self.capacity = _checks.positive_int("capacity", capacity)
         self.min_advantage = _checks.finite_float("min_advantage", min_advantage,
                                                   fix="pass e.g. 0.0 (the source: Â > 0)")
@@ -162,6 +170,9 @@ class ReplayBuffer:
         self._heap = []             # the same entries as a min-heap in eviction order (may hold removed ones)
         self._next_seq = 0
         self._db = None
+        self.writer = writer        # who this object's additions belong to (a trainer's run id), or None
+        self._writers = []          # [first seq, writer] spans, as the file records them
+        self._lock = None           # the file's lock token while this object may write it
         if self.path is not None:
             self._open()
 
@@ -250,11 +261,13 @@ class ReplayBuffer:
                 "entries": [[e.seq, e.round, *(getattr(e.sample, f) for f in FIELDS)]
                             for e in self._entries.values()]}
 
-    def load_state(self, state):
+    def load_state(self, state, *, arg="state"):
         """Make the buffer exactly what ``state()`` returned, in memory and in its file.
 
         Returns how many stored samples were not in ``state`` (removed: e.g. added by steps after
-        the checkpoint being resumed, which the resumed run will add again).
+        the checkpoint being resumed, which the resumed run will add again). Only samples this
+        buffer's ``writer`` added are ever removed from a file: one holding another writer's
+        samples past the state is refused (named as ``arg``), unchanged.
         """
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             _checks.fail("state", "is not a saved replay-buffer state", "pass what ReplayBuffer.state() returned")
@@ -268,6 +281,15 @@ class ReplayBuffer:
         def same(a, b):
             return a is not None and b is not None and a == b and a.sample == b.sample
         removed = [seq for seq, e in self._entries.items() if not same(e, entries.get(seq))]
+        others = [seq for seq in removed if self.writer_of(seq) != self.writer]
+        if others and self.path is not None:
+            who = ", ".join(sorted({f"run {w}" if w else "an unnamed writer" for w in map(self.writer_of, others)}))
+            _checks.fail(arg, f"{self.path} holds {len(others)} sample{'s' * (len(others) != 1)} that the state "
+                         f"does not, added by {who}, "
+                         f"not by {'run ' + self.writer if self.writer else 'this unnamed writer'}; rolling the file "
+                         "back would delete them",
+                         "give this buffer another file (a resumed run: another replay_path; its checkpoint holds "
+                         "the buffer, so the new file starts exactly as it was), or copy the file first")
         added = [e for seq, e in entries.items() if not same(e, self._entries.get(seq))]
         self._entries = dict(sorted(entries.items()))
         self._rebuild_heap()
@@ -277,22 +299,43 @@ class ReplayBuffer:
         self._persist(added=added, removed=removed)
         return len(removed)
 
+    def writer_of(self, seq):
+        """Who added the sample ``seq`` (a run id), as the file records it; None when unknown."""
+        owner = None
+        for first, writer in self._writers:
+            if first <= seq:
+                owner = writer
+        return owner
+
     # --- storage ----------------------------------------------------------------------
     def _open(self):
         check_path(self.path)
-        suffix = self.path.suffix.lower()
-        if suffix == ".jsonl":
-            if self.path.exists():
-                self._load_entries(_read_jsonl(self.path))
+        check_writable(self.path)                                   # before the lock: nothing to clean up
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock, _ = locks.acquire(lock_path(self.path), arg="path", what=str(self.path),
+                                      fix="wait for that run to finish, or give this one another replay_path "
+                                          "(copy the file to replay its samples); if the other writer is in this "
+                                          "process, close it first (buffer.close(), trainer.replay_buffer.close())")
+        try:
+            suffix = self.path.suffix.lower()
+            if suffix == ".jsonl":
+                if self.path.exists():
+                    rows, self._writers = _read_jsonl(self.path)
+                    self._load_entries(rows)
+                else:
+                    self._write_jsonl()
             else:
-                self._write_jsonl()
-        else:
-            if self.path.exists():
-                self._load_entries(_read_sqlite(self.path))
-            self._db = _open_sqlite(self.path)
-        if len(self._entries) > self.capacity:
-            _checks.fail("capacity", f"is {self.capacity} but {self.path} already holds {len(self._entries)} samples",
-                         f"reopen it with capacity ≥ {len(self._entries)}")
+                if self.path.exists():
+                    rows, self._writers = _read_sqlite(self.path)       # read-only: a refused file is untouched
+                    self._load_entries(rows)
+                if len(self._entries) <= self.capacity:
+                    self._db = _open_sqlite(self.path)
+            if len(self._entries) > self.capacity:
+                _checks.fail("capacity", f"is {self.capacity} but {self.path} already holds {len(self._entries)} "
+                             "samples", f"reopen it with capacity ≥ {len(self._entries)}")
+        except BaseException:
+            self.close()
+            raise
 
     def _load_entries(self, rows):
         for seq, rnd, data in sorted(rows, key=lambda r: r[0]):
@@ -313,10 +356,18 @@ class ReplayBuffer:
     def _persist(self, *, added, removed):
         if self.path is None or not (added or removed):
             return
+        if self._lock is None:
+            _checks.fail("path", f"this buffer of {self.path} was closed, so it can no longer write the file",
+                         "open the file again as a new ReplayBuffer to add to it")
+        kept = [e for e in added if e.seq in self._entries]
+        if kept and (not self._writers or self._writers[-1][1] != self.writer):
+            self._writers.append([min(e.seq for e in kept), self.writer])    # a new writer's first sample
         if self._db is None:
             self._write_jsonl()
             return
         with self._db:                                  # one transaction: all of this call, or none of it
+            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('writers', ?)",
+                             (json.dumps(self._writers),))
             self._db.executemany("DELETE FROM replay_samples WHERE seq = ?", [(s,) for s in removed])
             self._db.executemany(
                 "INSERT INTO replay_samples (seq, round, question, answer, advantage, reward) VALUES (?, ?, ?, ?, ?, ?)",
@@ -324,20 +375,34 @@ class ReplayBuffer:
                  for e in added if e.seq in self._entries])
 
     def _write_jsonl(self):
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"format": FORMAT}) + "\n")
-            for e in self._entries.values():
-                f.write(json.dumps({"seq": e.seq, "round": e.round, **asdict(e.sample)}, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        # a new, exclusively created file beside the target (never a name another process can plant)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"format": FORMAT, "writers": self._writers}) + "\n")
+                for e in self._entries.values():
+                    f.write(json.dumps({"seq": e.seq, "round": e.round, **asdict(e.sample)}, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def close(self):
-        """Close the SQLite connection (nothing to do for other storage)."""
+        """Close the SQLite connection and let another writer open the file."""
         if self._db is not None:
             self._db.close()
             self._db = None
+        if self._lock is not None:
+            locks.release(lock_path(self.path), self._lock)
+            self._lock = None
+
+    def __del__(self):                                   # a buffer dropped without close() frees its file
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def __enter__(self):
         return self
@@ -364,6 +429,32 @@ def check_path(path, *, arg="path"):
     return path
 
 
+def lock_path(path):
+    """The lock file of the buffer file ``path``: ``.NAME.lock`` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+def check_writable(path, *, arg="path"):
+    """Refuse a buffer file that cannot be written (read-only, in a read-only folder), before any work.
+
+    A missing folder is fine: it is created when the buffer opens. A read-only file is never
+    replaced behind its owner's back (a JSONL rewrite would rename over it).
+    """
+    path = Path(path)
+    if path.exists() and not os.access(path, os.W_OK):
+        _checks.fail(arg, f"{path} is read-only, so this buffer cannot write to it",
+                     f"to replay it, copy it and give the copy (cp {path} copy{path.suffix}); to write to it, "
+                     f"make it writable (chmod u+w {path})")
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        _checks.fail(arg, f"cannot create or write {path} ({folder} is not a writable folder)",
+                     "give a path in a folder you can write to")
+    return path
+
+
 def read_file(path):
     """Every sample of a buffer file with its round, oldest first, read without changing the file."""
     path = Path(path)
@@ -372,7 +463,7 @@ def read_file(path):
         _checks.fail("path", f"{path} has the extension {suffix or '(none)'!r}", "pass a .jsonl, .sqlite or .db buffer file")
     if not path.is_file():
         _checks.fail("path", f"no buffer file at {path}", "check the path (a buffer is written by ReplayBuffer(path=...))")
-    rows = _read_jsonl(path) if suffix == ".jsonl" else _read_sqlite(path)
+    rows, _ = _read_jsonl(path) if suffix == ".jsonl" else _read_sqlite(path)
     return [(ReplaySample(**data), rnd) for _, rnd, data in sorted(rows, key=lambda r: r[0])]
 
 
@@ -415,15 +506,40 @@ def _read_jsonl(path):
         _bad_file(path, "is not a replay buffer: line 1 is not JSON")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         _bad_file(path, f"is not a {FORMAT} replay buffer (line 1 is {lines[0].strip()[:80]!r})")
+    writers = _checked_writers(path, header.get("writers", []))
+    line_of = {}                                       # seq -> the line that holds it
     for number, line in enumerate(lines[1:], start=2):
         try:
             data = json.loads(line)
+            if not isinstance(data, dict):
+                raise TypeError(f"the line is {type(data).__name__}, not an object")
             seq, rnd = data.pop("seq"), data.pop("round")
+            _check_seq_round(seq, rnd)
             ReplaySample(**data)                       # checks the four fields
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             _bad_file(path, f"has a broken sample on line {number} ({err.__class__.__name__}: {str(err)[:120]})")
+        if seq in line_of:
+            _bad_file(path, f"has seq {seq} on both line {line_of[seq]} and line {number} (two files joined "
+                      "into one?), so one of them would be lost")
+        line_of[seq] = number
         rows.append((seq, rnd, data))
-    return rows
+    return rows, writers
+
+
+def _check_seq_round(seq, rnd):
+    for name, value in (("seq", seq), ("round", rnd)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise TypeError(f"{name} must be a whole number ≥ 0, got {value!r}")
+
+
+def _checked_writers(path, writers):
+    """The file's [first seq, writer] spans, checked."""
+    ok = isinstance(writers, list) and all(
+        isinstance(w, list) and len(w) == 2 and isinstance(w[0], int) and not isinstance(w[0], bool)
+        and (w[1] is None or isinstance(w[1], str)) for w in writers)
+    if not ok:
+        _bad_file(path, f"records its writers in a form this version cannot read ({str(writers)[:80]})")
+    return [list(w) for w in writers]
 
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
@@ -432,25 +548,33 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NO
 
 
 def _read_sqlite(path):
-    """Read an existing SQLite buffer read-only (so a bad file is never changed)."""
+    """Read an existing SQLite buffer read-only (so a bad file is never changed): (rows, writers)."""
+    # a file: URI, percent-escaped, so that '#', '?' or '%' in a name are the file's name, not URI syntax
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(uri, uri=True)
         try:
             fmt = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
             if fmt is None or fmt[0] != FORMAT:
                 _bad_file(path, f"is not a {FORMAT} replay buffer (its format is {fmt and fmt[0]!r})")
+            writers = db.execute("SELECT value FROM meta WHERE key = 'writers'").fetchone()
             rows = db.execute("SELECT seq, round, question, answer, advantage, reward FROM replay_samples").fetchall()
         finally:
             db.close()
     except sqlite3.DatabaseError as err:
         _bad_file(path, f"is not a readable replay buffer ({err})")
+    try:
+        writers = _checked_writers(path, json.loads(writers[0]) if writers else [])
+    except json.JSONDecodeError:
+        _bad_file(path, "records its writers in a form this version cannot read")
     out = []
     for seq, rnd, q, a, adv, rew in rows:
         try:
+            _check_seq_round(seq, rnd)
             out.append((seq, rnd, asdict(ReplaySample(q, a, adv, rew))))
-        except ValueError as err:
-            _bad_file(path, f"has a broken sample (seq {seq}: {err})")
-    return out
+        except (TypeError, ValueError) as err:
+            _bad_file(path, f"has a broken sample (seq {seq!r}: {err})")
+    return out, writers
 
 
 def _open_sqlite(path):

@@ -102,11 +102,13 @@ class GRPOTrainer:
                         config.num_generations, weights=reward_weights)
         if config.output_dir:
             run_folder.check_output_dir(config.output_dir)             # a file there fails now, not at the end
+        self.run_id = ckpt.new_run_id()    # marks this run's checkpoints and its replay samples
         self.replay_buffer, self._round_offset = None, 0
-        if config.uses_replay_buffer:                                  # a bad buffer file fails now, unchanged
+        if config.uses_replay_buffer:                                  # a bad or busy buffer file fails now, unchanged
             self.replay_buffer = ReplayBuffer(config.replay_capacity, path=config.replay_path,
                                               min_advantage=config.replay_min_advantage,
-                                              top_fraction=config.replay_top_fraction, seed=config.seed)
+                                              top_fraction=config.replay_top_fraction, seed=config.seed,
+                                              writer=self.run_id)
             self._round_offset = self.replay_buffer.last_round()       # rounds continue a reopened file's
 
         self.device = pick_device(config.device)
@@ -134,7 +136,6 @@ class GRPOTrainer:
         self.step_count = 0
         self.history = []      # one metrics dict per step
         self.evals = []        # {"step", "accuracy"} per evaluation
-        self.run_id = ckpt.new_run_id()    # marks this run's checkpoints: only those are ever rotated out
         self._lock = None                  # the output_dir lock token while writing
         self._saved = None                 # (step, number of evals) of the last checkpoint written or loaded
         self._resumed_dir = None           # the run folder resumed from, if any
@@ -475,7 +476,8 @@ class GRPOTrainer:
         if saved is None:
             _checks.fail("resume_from", f"{folder} was saved without a replay buffer",
                          "resume with the checkpoint's replay settings")
-        removed = self.replay_buffer.load_state(saved["buffer"])
+        self.replay_buffer.writer = self.run_id                 # the resumed run's own samples may be rolled back
+        removed = self.replay_buffer.load_state(saved["buffer"], arg="replay_path")
         self._round_offset = saved["round_offset"]
         if removed and self.config.replay_path:
             warnings.warn(f"replay_path: {self.config.replay_path} held {removed} samples that the checkpoint's "
@@ -512,10 +514,10 @@ class GRPOTrainer:
         self.generator.set_state(rng["sampling"].to(self.generator.get_state().device))
         torch.set_rng_state(rng["torch_cpu"])
         self.step_count = state["step"]
+        self.run_id = state.get("run_id") or self.run_id
         self._restore_replay(state.get("replay"), folder)
         self.history = state["metrics"]["history"]
         self.evals = state["metrics"]["evals"]
-        self.run_id = state.get("run_id") or self.run_id
         self._resumed_dir = run_dir
         self._saved = (self.step_count, len(self.evals))
         if not self.config.output_dir:
