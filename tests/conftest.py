@@ -29,3 +29,26 @@ def random_model(char_tokenizer):
                       tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                       pad_token_id=tok.pad_token_id)
     return LlamaForCausalLM(cfg)
+
+
+@pytest.fixture
+def live_writer():
+    """live_writer(code) → a context manager: a child Python process runs ``code`` (which opens what it
+    holds), says it is ready, and waits; it yields the child's pid and SIGKILLs it on exit (a crash)."""
+    import contextlib
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    @contextlib.contextmanager
+    def run(code):
+        script = textwrap.dedent(code) + "\nimport time\nprint('ready', flush=True)\ntime.sleep(120)\n"
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            yield child.pid
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+    return run

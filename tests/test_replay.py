@@ -308,23 +308,12 @@ def test_a_buffer_file_has_one_writer_and_a_second_is_refused_naming_it(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir() if "lock" in p.name) == []
 
 
-def test_a_writer_in_another_process_is_named_and_its_lock_is_taken_over_once_it_dies(tmp_path):
+def test_a_writer_in_another_process_is_named_and_its_lock_is_taken_over_once_it_dies(tmp_path, live_writer):
     path = tmp_path / "b.sqlite"
-    code = textwrap.dedent(f"""
-        import sys, time
-        from grpo_edu.training.replay import ReplayBuffer
-        buf = ReplayBuffer(10, path={str(path)!r})
-        print("open", flush=True)
-        time.sleep(120)
-    """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "open"
-        with pytest.raises(ValueError, match=rf"is being written by process {child.pid} on "):
+    code = f"from grpo_edu.training.replay import ReplayBuffer\nbuf = ReplayBuffer(10, path={str(path)!r})"
+    with live_writer(code) as pid:
+        with pytest.raises(ValueError, match=rf"is being written by process {pid} on "):
             ReplayBuffer(10, path=path)
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
     with ReplayBuffer(10, path=path) as buf:                          # a killed writer's lock is stale
         assert len(buf) == 0
 

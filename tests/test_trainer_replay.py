@@ -216,15 +216,9 @@ def test_resuming_a_run_after_another_appended_to_its_buffer_is_refused_and_dele
     fresh.replay_buffer.close()
 
 
-def test_a_refused_resume_while_the_run_is_live_leaves_its_buffer_untouched(tmp_path, make):
+def test_a_refused_resume_while_the_run_is_live_leaves_its_buffer_untouched(tmp_path, make, live_writer):
     """A live run (another process) holds its folder and its buffer; resuming it is refused before the
     buffer is rolled back."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import textwrap
-
     path, out = tmp_path / "live.sqlite", tmp_path / "run"
     a = make(replay_path=str(path), output_dir=str(out))
     for _ in range(2):
@@ -233,21 +227,9 @@ def test_a_refused_resume_while_the_run_is_live_leaves_its_buffer_untouched(tmp_
     a.step()
     a.replay_buffer.close()
     content = read_file(path)
-    code = textwrap.dedent(f"""
-        import time
-        from grpo_edu.training import run_folder
-        from grpo_edu.training.replay import ReplayBuffer
-        run_folder.acquire_lock({str(out)!r})
-        buf = ReplayBuffer(10_000, path={str(path)!r})
-        print("live", flush=True)
-        time.sleep(120)
-    """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout.readline().strip() == "live"
-        with pytest.raises(ValueError, match=rf"is being written by process {child.pid} on "):
+    code = (f"from grpo_edu.training import run_folder\nfrom grpo_edu.training.replay import ReplayBuffer\n"
+            f"run_folder.acquire_lock({str(out)!r})\nbuf = ReplayBuffer(10_000, path={str(path)!r})")
+    with live_writer(code) as pid:
+        with pytest.raises(ValueError, match=rf"is being written by process {pid} on "):
             make(replay_path=str(path), output_dir=str(out)).train(resume_from=out, progress=False)
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
     assert read_file(path) == content                                # nothing rolled back
