@@ -165,3 +165,18 @@ def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, cap
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("0 ")]
     assert [r[1] for r in rows] == ["0%", "30%"]
     assert all(0 <= float(r[3]) <= 1 for r in rows)
+
+
+def test_a_phase_stopped_midway_lets_go_of_its_buffer_file(tmp_path, monkeypatch, random_model, char_tokenizer):
+    """Jupyter's Stop in the middle of phase A must not leave the notebook file locked for the rerun."""
+    from grpo_edu.course import forgetting
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(forgetting, "run_phase", stopped)
+    path = tmp_path / "a.sqlite"
+    with pytest.raises(KeyboardInterrupt) as stop:        # kept, as Jupyter keeps the last traceback (and its trainer)
+        forgetting.phase_a(random_model, char_tokenizer, path, probes={"addition": ADD.split("heldout", 2)})
+    with ReplayBuffer(10, path=path) as again:                       # the rerun can open it
+        assert len(again) == 0
+    assert stop.traceback

@@ -124,9 +124,11 @@ def phase_a(model, tokenizer, notebook_file, *, seed=0, probes=None, progress=Tr
 
     trainer = GRPOTrainer(GRPOConfig(task=TASK_A, total_training_steps=PHASE_A_STEPS, eval_size=0, seed=seed,
                                      replay_path=str(notebook_file)), model=model, tokenizer=tokenizer)
-    record = run_phase(trainer, probes or default_probes(), probe_every=20, probe_samples=PROBE_SAMPLES,
-                       progress=progress, desc=f"phase A ({TASK_A})")
-    trainer.replay_buffer.close()
+    try:
+        record = run_phase(trainer, probes or default_probes(), probe_every=20, probe_samples=PROBE_SAMPLES,
+                           progress=progress, desc=f"phase A ({TASK_A})")
+    finally:                                    # even when stopped: the file's one writer lets go of it
+        trainer.replay_buffer.close()
     return trainer, record
 
 
@@ -149,9 +151,11 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
     trainer = GRPOTrainer(GRPOConfig(task=TASK_B, total_training_steps=PHASE_B_STEPS, learning_rate=learning_rate,
                                      eval_size=0, seed=seed, replay_ratio=replay_ratio, replay_path=str(notebook)),
                           model=copy.deepcopy(start.model), tokenizer=start.tokenizer)
-    record = run_phase(trainer, probes or default_probes(), probe_every=25, probe_samples=PROBE_SAMPLES,
-                       progress=progress, desc=f"phase B, lr {learning_rate:g}, replay {replay_ratio:.0%}")
-    trainer.replay_buffer.close()
+    try:
+        record = run_phase(trainer, probes or default_probes(), probe_every=25, probe_samples=PROBE_SAMPLES,
+                           progress=progress, desc=f"phase B, lr {learning_rate:g}, replay {replay_ratio:.0%}")
+    finally:
+        trainer.replay_buffer.close()
     return record
 
 
