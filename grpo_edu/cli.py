@@ -189,6 +189,12 @@ def cmd_train(args):
         check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite)
     if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
         args.output_dir = default_run_dir()
+    elif args.output_dir is None:                         # ...so its checks (e.g. --checkpoint-every) see that folder
+        from grpo_edu.training.checkpoint import find_checkpoint
+
+        args.output_dir = str(find_checkpoint(args.resume)[1])
+        print(f"output_dir: not given, so this resumed run saves into {args.output_dir}, the folder it resumes",
+              file=sys.stderr)
     config = _config_from(args)                    # every field checked before any model loads
     if config.output_dir and not (args.resume or args.overwrite):
         from grpo_edu.training import run_folder
@@ -267,8 +273,12 @@ def cmd_replay(args):
 def cmd_diagnose(args):
     from grpo_edu.beyond.diagnose import coverage, diagnose, format_findings, plot_evidence
 
+    if args.plot and Path(args.plot).is_dir():
+        _fail("--plot", f"{args.plot} is a folder", f"name the image file, e.g. {Path(args.plot) / 'evidence.png'}")
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         _fail("--plot", f"the folder of {args.plot} does not exist", "create it, or write the plot elsewhere")
+    if args.plot and not Path(args.plot).suffix:
+        args.plot += ".png"                                   # what matplotlib would write anyway: say it
     findings = diagnose(args.path, evals=args.evals)        # every input is checked before any output
     print(f"{args.path}: {format_findings(findings)}")
     if not findings:

@@ -282,3 +282,21 @@ def test_grpo_edu_replay_into_a_closed_pipe_ends_quietly(tmp_path):
     run = subprocess.run(f"{sys.executable} -m grpo_edu.cli replay b.jsonl --show 5000 | head -n 1", shell=True,
                          cwd=tmp_path, capture_output=True, text=True)
     assert run.stdout.startswith("b.jsonl: 5000 samples") and "Traceback" not in run.stderr, run.stderr
+
+
+def test_a_resumed_run_may_ask_for_checkpoints_without_naming_its_folder_again(tmp_path, capsys):
+    assert main(["train", *TINY, "--output-dir", "run"]) == 0
+    assert main(["train", *TINY[2:], "--total-training-steps", "4", "--resume", "run", "--checkpoint-every", "1"]) == 0
+    assert "saves into run, the folder it resumes" in capsys.readouterr().err
+    assert (tmp_path / "run" / "checkpoint-000004").is_dir() and (tmp_path / "run" / "checkpoint-000003").is_dir()
+
+
+def test_diagnose_plot_names_the_file_it_writes(tmp_path, capsys):
+    assert main(["train", *TINY[2:], "--total-training-steps", "6", "--output-dir", "run", "--metrics-out", "m.jsonl"]) == 0
+    capsys.readouterr()
+    (tmp_path / "plots").mkdir()
+    assert main(["diagnose", "m.jsonl", "--plot", "plots"]) == 2
+    assert "--plot: plots is a folder. Fix: name the image file, e.g. plots/evidence.png" in capsys.readouterr().err
+    assert main(["diagnose", "m.jsonl", "--plot", "plots/evidence"]) == 0
+    assert "evidence plot written to plots/evidence.png" in capsys.readouterr().out
+    assert (tmp_path / "plots" / "evidence.png").is_file()

@@ -214,3 +214,25 @@ def test_load_prompts_rejects_other_bad_sources(tmp_path):
         load_prompts(tmp_path / "broken.jsonl")
     with pytest.raises(ValueError, match="source"):
         load_prompts(42)
+
+
+def test_load_prompts_names_the_line_of_a_non_utf8_file(tmp_path):
+    path = tmp_path / "gbk.jsonl"
+    path.write_bytes('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "一加一="}\n'.encode("gbk"))
+    with pytest.raises(ValueError, match=r"^source: .*gbk\.jsonl is not UTF-8 text: line 2 holds the byte 0x..\. "
+                                         r"Fix: save the file as UTF-8"):
+        load_prompts(path)
+
+
+def test_load_prompts_refuses_a_csv_field_too_long_to_read(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text('prompt,answer\n"' + "x" * 140_000 + '",1\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^source: .*long\.csv is not a CSV file this reader can read \(field "
+                                         r"larger than field limit.*Fix: keep each field under 131,072"):
+        load_prompts(path)
+
+
+def test_a_jsonl_prompt_may_hold_a_line_separator_character(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a\u2028b", "answer": "1"}\n', encoding="utf-8")
+    assert load_prompts(path) == [{"prompt": "a\u2028b", "answer": "1"}]

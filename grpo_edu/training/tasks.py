@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
 import os
 import random
@@ -213,13 +214,25 @@ def _read_prompt_file(path: str) -> list:
         raise PromptFileNotFoundError(
             f"source: no file at {path}. Fix: check the path (relative paths start from "
             f"{os.getcwd()}).")
-    with open(path, encoding="utf-8-sig", newline="") as f:   # -sig: skip a spreadsheet's byte-order mark
-        if extension == ".csv":
-            return list(csv.DictReader(f))
-        if extension == ".jsonl":
-            return [_parse_json(line, f"line {n} of {path}")
-                    for n, line in enumerate(f, start=1) if line.strip()]
-        rows = _parse_json(f.read(), path)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")                            # -sig: skip a spreadsheet's byte-order mark
+    except UnicodeDecodeError as error:
+        line = data[:error.start].count(b"\n") + 1
+        fail("source", f"{path} is not UTF-8 text: line {line} holds the byte {data[error.start]:#04x}",
+             "save the file as UTF-8 (a spreadsheet's 'CSV UTF-8'; iconv -f GBK -t UTF-8 for a GBK file)")
+    if extension == ".csv":
+        try:
+            return list(csv.DictReader(io.StringIO(text, newline="")))
+        except csv.Error as error:                                  # e.g. a field over csv's 131,072 characters
+            fail("source", f"{path} is not a CSV file this reader can read ({error})",
+                 "keep each field under 131,072 characters (a long text belongs in .jsonl), and quote fields "
+                 "that hold commas or line breaks")
+    if extension == ".jsonl":
+        return [_parse_json(line, f"line {n} of {path}")
+                for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+    rows = _parse_json(text, path)
     if not isinstance(rows, list):
         fail("source", f"{path} holds a JSON {type(rows).__name__}, not a list of objects",
              'write [{"prompt": ...}, ...], or use .jsonl with one object per line')
