@@ -110,8 +110,13 @@ def _config_from(args):
 # --- export --------------------------------------------------------------------------------
 def cmd_export(args):
     from grpo_edu.beyond.export import format_export, to_trl, to_verl
+    from grpo_edu.training.tasks import get_task, load_prompts
 
+    if args.output_dir is None:                    # the same defaults and checks as train, so that what
+        args.output_dir = default_run_dir()        # train accepts exports, and what it refuses does not
     config = _config_from(args)
+    rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
+    config.schedule(len(rows))                     # e.g. a batch larger than the dataset
     result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
     print(format_export(result, args.target))
     return 0

@@ -300,3 +300,16 @@ def test_diagnose_plot_names_the_file_it_writes(tmp_path, capsys):
     assert main(["diagnose", "m.jsonl", "--plot", "plots/evidence"]) == 0
     assert "evidence plot written to plots/evidence.png" in capsys.readouterr().out
     assert (tmp_path / "plots" / "evidence.png").is_file()
+
+
+def test_export_accepts_and_refuses_what_train_does(tmp_path, capsys):
+    (tmp_path / "one.csv").write_text("prompt,answer\n1+1=,2\n", encoding="utf-8")
+    (tmp_path / "gbk.jsonl").write_bytes('{"prompt": "一加一="}\n'.encode("gbk"))
+    for argv, message in ((["--dataset", "one.csv"], "batch_size: 16 is larger than dataset_size=1"),
+                          (["--dataset", "missing.csv"], "source: no file at missing.csv"),
+                          (["--dataset", "gbk.jsonl"], "is not UTF-8 text: line 1")):
+        assert main(["export", "trl", *argv]) == 2
+        assert message in capsys.readouterr().err
+        assert main(["train", *TINY[:-1], *argv, "--batch-size", "16"]) == 2     # train says the same
+        assert message in capsys.readouterr().err
+    assert main(["export", "verl", "--checkpoint-every", "3"]) == 0               # as train accepts it
