@@ -5,6 +5,8 @@ Every public function checks its arguments *before* doing any work and raises a
 """
 
 import math
+import os
+from pathlib import Path
 
 
 def fail(arg, problem, fix, *, error=ValueError):
@@ -56,3 +58,13 @@ def choice(arg, value, choices):
 def is_torch(x):
     """True for a torch.Tensor, without importing torch."""
     return type(x).__module__.startswith("torch")
+
+
+def unwritable_folder(folder):
+    """What stops ``folder`` from being created or written into, or None when nothing does: the
+    nearest of ``folder`` and the folders above it that exists (missing ones below it are
+    created later), when it is not a writable folder."""
+    folder = Path(folder)
+    while not folder.exists():
+        folder = folder.parent
+    return None if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK) else folder

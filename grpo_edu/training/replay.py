@@ -360,14 +360,16 @@ class ReplayBuffer:
             _checks.fail("path", f"this buffer of {self.path} was closed, so it can no longer write the file",
                          "open the file again as a new ReplayBuffer to add to it")
         kept = [e for e in added if e.seq in self._entries]
-        if kept and (not self._writers or self._writers[-1][1] != self.writer):
+        new_writer = bool(kept) and (not self._writers or self._writers[-1][1] != self.writer)
+        if new_writer:
             self._writers.append([min(e.seq for e in kept), self.writer])    # a new writer's first sample
         if self._db is None:
             self._write_jsonl()
             return
         with self._db:                                  # one transaction: all of this call, or none of it
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('writers', ?)",
-                             (json.dumps(self._writers),))
+            if new_writer:                              # once per writer, not at every step
+                self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('writers', ?)",
+                                 (json.dumps(self._writers),))
             self._db.executemany("DELETE FROM replay_samples WHERE seq = ?", [(s,) for s in removed])
             self._db.executemany(
                 "INSERT INTO replay_samples (seq, round, question, answer, advantage, reward) VALUES (?, ?, ?, ?, ?, ?)",
@@ -446,10 +448,8 @@ def check_writable(path, *, arg="path"):
         _checks.fail(arg, f"{path} is read-only, so this buffer cannot write to it",
                      f"to replay it, copy it and give the copy (cp {path} copy{path.suffix}); to write to it, "
                      f"make it writable (chmod u+w {path})")
-    folder = path.parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+    folder = _checks.unwritable_folder(path.parent)
+    if folder is not None:
         _checks.fail(arg, f"cannot create or write {path} ({folder} is not a writable folder)",
                      "give a path in a folder you can write to")
     return path

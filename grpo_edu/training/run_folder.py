@@ -14,7 +14,6 @@ deleted by the old run's clean-up. So:
 """
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -30,10 +29,8 @@ def check_output_dir(output_dir):
     if path.exists() and not path.is_dir():
         _checks.fail("output_dir", f"{path} is a file, not a folder",
                      "pass a folder path (it is created if missing), or move the file away", error=CheckpointError)
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    existing = _checks.unwritable_folder(path)
+    if existing is not None:
         _checks.fail("output_dir", f"cannot create or write {path} ({existing} is not a writable folder)",
                      "pass a folder you can write to", error=CheckpointError)
 
