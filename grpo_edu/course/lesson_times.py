@@ -184,10 +184,11 @@ def _trains(item):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """In a grouped run, the longest pieces first (the notebooks that train, by their number of cells),
-    then the test files, then the solo group last, where it slows nothing but the run's tail (a browser
-    beside a lesson that trains would slow both). Every worker collects, and orders, the same way; the
-    scheduler hands out the pieces in this order."""
+    """In a grouped run, the longest pieces first, so that the short ones fill the last minutes of
+    every worker (longest-first scheduling): the solo group (a browser, then the lesson that trains on
+    two processes: the longest piece), the notebooks that train (by their number of cells), then the
+    test files. Had the solo group come last, one worker would run it alone while the others sat idle.
+    Every worker collects, and orders, the same way; the scheduler hands out the pieces in this order."""
     if not getattr(config, "workerinput", {}).get(GROUPED):
         return
     groups = {}
@@ -196,7 +197,7 @@ def pytest_collection_modifyitems(session, config, items):
 
     def weight(group):
         members = groups[group]
-        return (2 if group == "solo" else 0 if any(_trains(i) for i in members) else 1, -len(members))
+        return (0 if group == "solo" else 1 if any(_trains(i) for i in members) else 2, -len(members))
 
     items[:] = [item for group in sorted(groups, key=weight) for item in groups[group]]
 
