@@ -142,6 +142,19 @@ def two_checkpoints(tmp_path, make):
     return out
 
 
+def _edit_state(out, change):
+    path = out / "checkpoint-000002" / "trainer_state.json"
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+
+
+def _drop_tensors(path, prefix):
+    from safetensors.torch import load_file, save_file
+
+    save_file({k: v for k, v in load_file(path).items() if not k.startswith(prefix)}, path)
+
+
 def _truncate(path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -158,6 +171,19 @@ def _truncate(path):
      r"run/latest\.json is damaged \(JSONDecodeError", 2),
     (lambda out: shutil.rmtree(out / "checkpoint-000002"),
      r"run/latest\.json names checkpoint-000002, which is missing or incomplete", 1),
+    # keys missing or malformed inside trainer_state.json: that file is named (it used to be the .safetensors)
+    (lambda out: _edit_state(out, lambda s: s["optimizer"].pop("scalars")),
+     r"checkpoint-000002/trainer_state\.json has its optimizer entry in the wrong form \(it must be an object with "
+     r"param_groups", 1),
+    (lambda out: _edit_state(out, lambda s: s.pop("metrics")),
+     r"checkpoint-000002/trainer_state\.json lacks the metrics entry", 1),
+    (lambda out: _edit_state(out, lambda s: s.update(step="2")),
+     r"checkpoint-000002/trainer_state\.json has its step entry in the wrong form", 1),
+    (lambda out: _edit_state(out, lambda s: s["optimizer"]["scalars"].update(nonsense=1)),
+     r"checkpoint-000002/trainer_state\.json has optimizer scalars whose names are not <parameter index>\.<name>: "
+     r"\['nonsense'\]", 1),
+    (lambda out: _drop_tensors(out / "checkpoint-000002" / "trainer_state.safetensors", "rng."),
+     r"checkpoint-000002/trainer_state\.safetensors lacks rng\.sampling, rng\.torch_cpu", 1),
 ])
 def test_a_damaged_checkpoint_names_the_file_and_the_intact_one(two_checkpoints, make, damage, match, intact):
     """These used to be raw tracebacks that named no file and no way out."""
@@ -292,3 +318,37 @@ def test_planted_links_at_the_old_temporary_names_are_never_followed(tmp_path, m
     assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
     assert (outside / "precious.txt").read_text() == "keep me"
     assert _latest(out) == "checkpoint-000001" and (out / "checkpoint-000001" / "model.safetensors").is_file()
+
+
+def test_a_checkpoints_config_this_version_cannot_read_names_the_file(two_checkpoints, make):
+    _edit_state(two_checkpoints, lambda s: s["config"].update(a_field_from_the_future=1))
+    with pytest.raises(ckpt.CheckpointError, match=r"^resume_from: .*checkpoint-000002/trainer_state\.json holds a "
+                                                   r"config this grpo_edu cannot read .*a_field_from_the_future"):
+        make(two_checkpoints, steps=4).train(resume_from=two_checkpoints, progress=False)
+
+
+def test_overwrite_removes_a_symlinked_checkpoint_link_and_never_what_it_points_to(tmp_path, make):
+    out = tmp_path / "run"
+    make(out, steps=2, checkpoint_every=1).train(progress=False)
+    elsewhere = tmp_path / "kept-elsewhere"
+    (out / "checkpoint-000002").rename(elsewhere)
+    (out / "checkpoint-000002").symlink_to(elsewhere)               # a user's link to a copy kept outside
+    before = sorted(p.name for p in elsewhere.iterdir())
+    with pytest.warns(UserWarning, match="overwrite removed the earlier run's"):
+        make(out, steps=1).train(overwrite=True, progress=False)
+    assert sorted(p.name for p in elsewhere.iterdir()) == before     # the target is untouched
+    assert not (out / "checkpoint-000002").is_symlink() and (out / "checkpoint-000001").is_dir()
+
+
+def test_a_folder_held_by_this_process_names_the_trainer_and_one_held_by_another_names_its_pid(tmp_path, make,
+                                                                                              live_writer):
+    out = tmp_path / "run"
+    token, _ = run_folder.acquire_lock(out)                         # as a trainer training into it from a callback
+    with pytest.raises(ckpt.CheckpointError, match=r"^output_dir: .*run is being written by another GRPOTrainer in "
+                                                   r"this Python process, which is training or saving into it"):
+        make(out, steps=1).train(progress=False)
+    run_folder.release_lock(out, token)
+    code = f"from grpo_edu.training import run_folder\nrun_folder.acquire_lock({str(out)!r})"
+    with live_writer(code) as pid:
+        with pytest.raises(ckpt.CheckpointError, match=rf"^output_dir: .*run is being written by process {pid} on "):
+            make(out, steps=1).train(progress=False)

@@ -427,3 +427,29 @@ def test_a_fraction_outside_zero_to_one_is_refused(key, value):
     rows[10][key] = value
     with pytest.raises(ValueError, match=rf"^history: step 11: {key} is {value!r}, but it is a fraction \(0 to 1\)"):
         diagnose(rows)
+
+
+def test_a_metric_that_blew_up_without_reaching_infinity_is_a_diverged_run():
+    rows = history()
+    for row in rows[-4:]:                                              # huge, still finite
+        row.update(grad_norm=3.4e17, loss=-2e13)
+    findings = diagnose(rows)
+    assert first(findings) == "non_finite"
+    assert findings[0].symptom == ("the run diverged at step 57: loss, grad_norm became astronomically large "
+                                   "(±1e12 or more)")
+    rows[-1]["kl"] = float("nan")                                      # both kinds: the symptom says both
+    assert diagnose(rows)[0].symptom.endswith("became NaN or ∞ or astronomically large (±1e12 or more)")
+    big_reward = history()
+    big_reward[30]["reward_mean"] = 5e12                               # a reward's scale is the user's: no finding
+    assert all(f.name != "non_finite" for f in diagnose(big_reward))
+
+
+@pytest.mark.parametrize("key, value", [("kl", -0.3), ("completion_length", -4.0), ("grad_norm", -1.0),
+                                        ("entropy", -0.5), ("reward_std", -0.1)])
+def test_a_negative_value_that_cannot_be_negative_is_refused(key, value):
+    rows = history()
+    rows[20][key] = value
+    with pytest.raises(ValueError, match=rf"^history: step 21: {key} is {value!r}, but it cannot be negative"):
+        diagnose(rows)
+    rows[20][key] = -1e-9                                              # rounding, not damage
+    diagnose(rows)

@@ -136,3 +136,87 @@ def test_a_latest_json_that_points_out_of_the_run_folder_is_refused(tmp_path):
 def test_trust_remote_code_says_what_it_allows():
     with pytest.warns(UserWarning, match=r"^trust_remote_code: on, so loading .* runs any Python code"):
         load_model_and_tokenizer(str(ASSET), trust_remote_code=True)
+
+
+# --- nothing lost, second pass: links, pickle and damaged weights are named before any work ----
+
+def test_a_symlink_loop_or_a_dangling_link_is_named_not_tried_as_a_hub_name(no_hub, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(models, "hub_unreachable", lambda: None)   # as if online: it must not matter
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(ValueError, match=r"^model: a is a loop of symbolic links .*Fix: point it at the model folder"):
+        locate_model("a")
+    (tmp_path / "gone").symlink_to(tmp_path / "deleted-model")
+    with pytest.raises(ValueError, match=r"^model: gone is a symbolic link to .*deleted-model, which does not exist"):
+        locate_model("gone")
+    with pytest.raises(ValueError, match=r"^model: gone/checkpoint-000010 goes through gone, a symbolic link to "
+                                         r".*deleted-model, which does not exist"):
+        locate_model("gone/checkpoint-000010")
+
+
+def test_a_folder_with_pickle_weights_only_is_refused_without_unpickling(no_hub, tmp_path):
+    import torch
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(ASSET, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    torch.save({"x": torch.zeros(1)}, folder / "pytorch_model.bin")
+    with pytest.raises(ValueError, match=r"^model: .*pickled holds its weights only in pickle format "
+                                         r"\(pytorch_model\.bin\), which grpo_edu never loads.*Fix: convert it once"):
+        locate_model(str(folder))
+    (folder / "pytorch_model.bin").unlink()
+    with pytest.raises(ValueError, match=r"^model: .*pickled holds no weights \(no \*\.safetensors file\)"):
+        locate_model(str(folder))
+
+
+def test_the_loader_asks_transformers_for_safetensors_only(monkeypatch):
+    import transformers
+
+    seen = {}
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    load_model_and_tokenizer("bundled")
+    assert seen["use_safetensors"] is True and seen["trust_remote_code"] is False
+
+
+def _damaged_copy(tmp_path, value):
+    """A copy of the bundled model whose first embedding row is ``value``."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(ASSET, folder)
+    weights = load_file(folder / "model.safetensors")
+    name = next(k for k in weights if "embed" in k)
+    weights[name][0] = value
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder, name
+
+
+def test_weights_that_are_not_finite_are_named_at_load(tmp_path):
+    folder, name = _damaged_copy(tmp_path, float("nan"))
+    with pytest.raises(ValueError, match=rf"^model: .*damaged has NaN or infinite weights \(\d+ of \d+ in {name}\): "
+                                         r"its file is damaged.*Fix: load an earlier checkpoint"):
+        load_model_and_tokenizer(str(folder))
+
+
+def test_weights_that_overflow_stop_sampling_with_a_clear_error_and_leave_no_folder(tmp_path):
+    """Finite garbage (here 1e30 in the embedding) overflows in the forward pass; sampling used to die in
+    torch.multinomial with a traceback, after the run had made its output folder."""
+    from grpo_edu import GRPOConfig, GRPOTrainer
+
+    folder, _ = _damaged_copy(tmp_path, 1e30)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for out in (tmp_path / "new-run", kept):
+        trainer = GRPOTrainer(GRPOConfig(model=str(folder), total_training_steps=2, eval_size=8,
+                                         output_dir=str(out)))   # loads: every weight is finite
+        with pytest.raises(ValueError, match=r"^model: its output holds NaN or ∞ at completion token 1, so nothing "
+                                             r"can be sampled.*Fix: load an earlier checkpoint"):
+            trainer.train(progress=False)
+    assert not (tmp_path / "new-run").exists()                        # made by the run, left empty: removed
+    assert kept.is_dir() and not any(kept.iterdir())                  # a folder the user made stays

@@ -299,7 +299,8 @@ def test_a_buffer_file_has_one_writer_and_a_second_is_refused_naming_it(tmp_path
     path = tmp_path / name
     first = ReplayBuffer(10, path=path, top_fraction=1.0)
     first.add([S("1+1=", 1.0, answer="2")], round=1)
-    with pytest.raises(ValueError, match=rf"^path: {path} is being written by another writer in this process: its "
+    with pytest.raises(ValueError, match=rf"^path: {path} is being written by a ReplayBuffer still open on it in this "
+                                         r"Python process .*: its "
                                          r"lock file .*\.b\.\w+\.lock is held\. Fix: .*close it first"):
         ReplayBuffer(10, path=path)
     first.close()

@@ -178,7 +178,8 @@ def test_a_second_trainer_on_a_busy_buffer_file_is_refused_before_any_work(tmp_p
     first = make(replay_path=path)
     first.train(progress=False)
     stored = read_file(path)
-    with pytest.raises(ValueError, match=r"^path: .*shared\.sqlite is being written by another writer in this process"):
+    with pytest.raises(ValueError, match=r"^path: .*shared\.sqlite is being written by a ReplayBuffer still open on it "
+                                         r"in this Python process"):
         make(replay_path=path)
     first.replay_buffer.close()
     assert read_file(path) == stored

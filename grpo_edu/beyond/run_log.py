@@ -11,8 +11,9 @@
   through :data:`TRL_NAMES`.
 
 Every row is checked before anything reads it (a step number, a finite reward, numbers or None
-for the other metrics, shares within [0, 1]); a NaN or ±∞ metric is kept as a fact of the run
-(the row's :data:`NON_FINITE` list: it diverged there), never read as "not measured".
+for the other metrics, shares within [0, 1], no negative length, norm, spread, entropy or KL); a
+NaN or ±∞ metric, or one past ±10¹² (the reward aside), is kept as a fact of the run (the row's
+:data:`NON_FINITE` or :data:`BLOWN_UP` list: it diverged there), never read as "not measured".
 ``grpo_edu.beyond.diagnose`` reads the result.
 """
 
@@ -59,8 +60,17 @@ METRICS = ("loss", "reward_mean", "reward_std", "accuracy", "dead_group_fraction
 FRACTIONS = ("accuracy", "dead_group_fraction", "clip_fraction", "truncated_fraction")
 """Metrics that are shares, so a value outside [0, 1] is refused."""
 
+NONNEGATIVE = ("reward_std", "kl", "entropy", "completion_length", "grad_norm")
+"""Metrics that cannot be negative (a spread, k3's KL estimate, an entropy, a length, a norm), so a value
+below zero (beyond rounding) is refused."""
+
+HUGE = 1e12
+"""A metric at or beyond ±HUGE (the reward aside, whose scale is the user's) is read as a blown-up step."""
+
 NON_FINITE = "non_finite"
 """A checked row's list of the metrics logged as NaN or ±∞ (a diverged step), when there are any."""
+BLOWN_UP = "blown_up"
+"""A checked row's list of the metrics logged finite but at or beyond ±:data:`HUGE`, when there are any."""
 
 
 def load_run(source, *, arg="history"):
@@ -160,6 +170,13 @@ def _checked_history(rows, where, arg):
             elif value is not None and not _checks.is_finite_number(value):
                 _checks.fail(arg, f"{where}step {row['step']}: {key} is {value!r}, not a number",
                              "log numbers (or null when a metric was not measured)")
+            elif value is not None and key != "reward_mean" and abs(value) >= HUGE:
+                row[key] = None                      # overflowing, not a measurement; the non_finite rule reports it
+                row.setdefault(BLOWN_UP, []).append(key)
+            elif value is not None and key in NONNEGATIVE and value < -1e-6:
+                _checks.fail(arg, f"{where}step {row['step']}: {key} is {value!r}, but it cannot be negative",
+                             "pass the run's own log; a negative value there means the file is damaged or its "
+                             "columns are mislabelled")
             elif value is not None and key in FRACTIONS and not 0 <= value <= 1:
                 _checks.fail(arg, f"{where}step {row['step']}: {key} is {value!r}, but it is a fraction (0 to 1)",
                              "pass the run's own log; a fraction outside [0, 1] means the file is damaged or "

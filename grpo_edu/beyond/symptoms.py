@@ -14,7 +14,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from grpo_edu.beyond.run_log import NON_FINITE
+from grpo_edu.beyond.run_log import BLOWN_UP, HUGE, NON_FINITE
 from grpo_edu.common import _checks
 
 COLLAPSE_FRACTION = 0.25
@@ -114,20 +114,25 @@ def _raise_beta(log):
 
 # --- the rules -----------------------------------------------------------------------------
 def _non_finite(log):
-    """A metric was logged as NaN or ±∞ at some step: the run diverged there (any such step).
+    """A metric was logged as NaN or ±∞, or past ±10¹² (``run_log.HUGE``), at some step: the run
+    diverged there (any such step).
 
     Severity 200, above every other finding: nothing after that step can be read as learning.
     """
-    bad = [(r["step"], r[NON_FINITE]) for r in log.rows if r.get(NON_FINITE)]
+    bad = [(r["step"], r.get(NON_FINITE, []) + r.get(BLOWN_UP, [])) for r in log.rows
+           if r.get(NON_FINITE) or r.get(BLOWN_UP)]
     if not bad:
         return None
     first, keys = bad[0]
     names = sorted({k for _, ks in bad for k in ks})
-    summary = (f"{', '.join(names)} not finite (NaN or ∞) at {len(bad)} of {log.n} logged steps, first at step "
+    huge = f"astronomically large (±{HUGE:.0e} or more)".replace("e+", "e")
+    kinds = [what for flag, what in ((NON_FINITE, "NaN or ∞"), (BLOWN_UP, huge)) if any(r.get(flag) for r in log.rows)]
+    became = " or ".join(kinds)
+    summary = (f"{', '.join(names)} not finite ({became}) at {len(bad)} of {log.n} logged steps, first at step "
                f"{first} ({', '.join(keys)})")
     evidence = _evidence(keys[0], [(s, 1.0) for s, _ in bad], summary)
     return Finding(
-        "non_finite", f"the run diverged at step {first}: {', '.join(keys)} became NaN or ∞", evidence,
+        "non_finite", f"the run diverged at step {first}: {', '.join(keys)} became {became}", evidence,
         ["a learning rate too high for the model (the update overshoots until the numbers overflow)",
          "a reward of NaN or ∞ from a reward function", "no gradient clipping (max_grad_norm 0)"],
         [_lower_lr(log, 10, "smaller steps: the update no longer overshoots"),

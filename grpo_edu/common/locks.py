@@ -68,18 +68,19 @@ def _is_stale(data, path):
     return not _pid_alive(data["pid"])
 
 
-def describe_holder(data):
-    """Who holds a lock, in words, from its contents."""
-    if data.get("pid") == os.getpid():
-        return "another writer in this process"
+def describe_holder(data, in_process="another writer in this process"):
+    """Who holds a lock, in words, from its contents; ``in_process`` names a holder in this very process."""
+    if data.get("pid") == os.getpid() and data.get("host") == socket.gethostname():
+        return in_process
     return f"process {data.get('pid')} on {data.get('host')} (since {data.get('since')})"
 
 
-def acquire(path, *, arg, what, fix, error=ValueError):
+def acquire(path, *, arg, what, fix, error=ValueError, in_process="another writer in this process"):
     """Create the lock file ``path`` for this process, or refuse with the holder named.
 
     ``arg`` and ``what`` word the refusal: "{arg}: {what} is being written by process N on
     HOST (since …): its lock file PATH is held. Fix: {fix}; if no process is using it …".
+    ``in_process`` names the holder when it is this very process (which object, and how to free it).
     Returns ``(token, info)``; ``info["took_over"]`` describes a stale lock that was replaced.
     """
     path = Path(path)
@@ -94,8 +95,8 @@ def acquire(path, *, arg, what, fix, error=ValueError):
             if data is None:
                 continue                    # released meanwhile: try again
             if not _is_stale(data, path):
-                _checks.fail(arg, f"{what} is being written by {describe_holder(data)}: its lock file {path} is "
-                             "held", f"{fix}; if no process is using it (e.g. a machine that crashed), delete {path}",
+                _checks.fail(arg, f"{what} is being written by {describe_holder(data, in_process)}: its lock file "
+                             f"{path} is held", f"{fix}; if no process is using it (e.g. a machine that crashed), delete {path}",
                              error=error)
             info["took_over"] = (f"took over the stale lock {path} of process {data.get('pid')} on "
                                  f"{data.get('host')}, which is no longer running")

@@ -43,6 +43,8 @@ from grpo_edu.common import _checks
 LATEST = "latest.json"
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 """Names of the folders this module writes; ``checkpoint-best`` and the like never match."""
+RNG_STATES = ("sampling", "torch_cpu")
+"""The random number generators a checkpoint stores (``rng.<name>`` in trainer_state.safetensors)."""
 TEMPORARY = re.compile(r"^\.checkpoint-\d+\.(tmp|old)-\w+$|^latest\.json\.tmp-\w+$")
 """Names of the half-written files a killed run can leave behind."""
 
@@ -123,6 +125,47 @@ def safetensors_problem(path):
     return None
 
 
+STATE_FORM = {"step": "a whole number", "config": "an object", "optimizer": "an object with param_groups (a list) "
+              "and scalars (an object)", "metrics": "an object with history and evals (lists)"}
+"""What ``trainer_state.json`` must hold to resume a run (``run_id`` and ``replay`` are optional)."""
+
+
+def trainer_state_problem(state):
+    """None if a checkpoint's trainer_state.json (parsed) has every entry resuming reads, in the right
+    form; else what is wrong (a phrase naming the entry)."""
+    if not isinstance(state, dict):
+        return f"is not a JSON object but {type(state).__name__}"
+    missing = [key for key in STATE_FORM if key not in state]
+    if missing:
+        return f"lacks the {', '.join(missing)} entr{'y' if len(missing) == 1 else 'ies'} (it has {sorted(state)[:8]})"
+    optimizer, metrics = state["optimizer"], state["metrics"]
+    well_formed = {
+        "step": isinstance(state["step"], int) and not isinstance(state["step"], bool) and state["step"] >= 0,
+        "config": isinstance(state["config"], dict),
+        "optimizer": isinstance(optimizer, dict) and isinstance(optimizer.get("param_groups"), list)
+        and isinstance(optimizer.get("scalars"), dict),
+        "metrics": isinstance(metrics, dict) and isinstance(metrics.get("history"), list)
+        and isinstance(metrics.get("evals"), list),
+    }
+    for key, ok in well_formed.items():
+        if not ok:
+            return f"has its {key} entry in the wrong form (it must be {STATE_FORM[key]}): {str(state[key])[:80]}"
+    odd = [key for key in optimizer["scalars"] if not re.match(r"^\d+\.\w+$", str(key))]
+    if odd:
+        return f"has optimizer scalars whose names are not <parameter index>.<name>: {odd[:3]}"
+    replay = state.get("replay")
+    if replay is not None and not (isinstance(replay, dict) and {"buffer", "round_offset"} <= set(replay)):
+        return "has a replay entry without its buffer and round_offset"
+    return None
+
+
+def safetensors_names(path):
+    """The tensor names in a (checked) safetensors file, read from its header alone."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return set(json.loads(f.read(n))) - {"__metadata__"}
+
+
 def checkpoint_problem(folder, *, to_resume=True):
     """None if the checkpoint ``folder`` is complete, else (file, what is wrong).
 
@@ -136,12 +179,20 @@ def checkpoint_problem(folder, *, to_resume=True):
             return folder / name, "is missing"
         except (OSError, ValueError) as err:
             return folder / name, f"is not valid JSON ({err})"
-        if name == "trainer_state.json" and not {"step", "config", "optimizer", "metrics"} <= set(data):
-            return folder / name, "lacks the step, config, optimizer or metrics entries"
+        if name == "trainer_state.json":
+            problem = trainer_state_problem(data)
+            if problem:
+                return folder / name, problem
     for name in ("model.safetensors", "trainer_state.safetensors") if to_resume else ("model.safetensors",):
         problem = safetensors_problem(folder / name)
         if problem:
             return folder / name, problem
+    if to_resume:
+        stored = safetensors_names(folder / "trainer_state.safetensors")
+        missing = [f"rng.{k}" for k in RNG_STATES if f"rng.{k}" not in stored]
+        if missing:
+            return (folder / "trainer_state.safetensors", f"lacks {', '.join(missing)} (the random number generators' "
+                    "states, without which the run cannot continue exactly)")
     return None
 
 
@@ -282,8 +333,18 @@ def rotate(output_dir, run_id, step, keep):
     ours = [(s, p) for s, p in checkpoint_folders(output_dir) if s < step and run_id_of(p) == run_id]
     doomed = ours[:max(len(ours) - (keep - 1), 0)]
     for _, path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_path(path, ignore_errors=True)
     return [p for _, p in doomed]
+
+
+def remove_path(path, ignore_errors=False):
+    """Delete a file, a folder, or a symbolic link: only the link, never what it points to (which may lie
+    outside the run folder)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=ignore_errors)
 
 
 # --- reading ------------------------------------------------------------------------------

@@ -5,11 +5,15 @@ time. The very same code path loads any Hugging Face causal LM by hub name when 
 machine has internet. ``trust_remote_code`` stays off unless asked for.
 
 A name is checked before transformers sees it: a folder must hold a config, a tokenizer and
-complete weights; a run's output folder stands for its latest checkpoint; a name that looks
-like a path, or any name while the hub cannot be reached, fails at once as "no such folder"
-instead of after a minute of download retries.
+complete safetensors weights (pickle weights, ``*.bin``, are refused: unpickling can run code);
+a run's output folder stands for its latest checkpoint; a symbolic link that loops or leads
+nowhere is named as such; a name that looks like a path, or any name while the hub cannot be
+reached, fails at once as "no such folder" instead of after a minute of download retries.
+Loaded weights must be finite (a damaged file or a diverged run is named at load, not as a
+sampling traceback later).
 """
 
+import errno
 import os
 import re
 import socket
@@ -27,6 +31,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 """Any one of these marks a folder that holds a tokenizer."""
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 """What a hub name looks like: ``name`` or ``owner/name``."""
+PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+"""Weight files in Python's pickle format, which the course never loads."""
 
 
 def bundled_model_dir():
@@ -53,7 +59,27 @@ def _looks_like_path(name):
     if not HUB_NAME.match(name) or name.startswith("."):
         return True
     first = name.split("/")[0]
-    return "/" in name and Path(first).is_dir()
+    return "/" in name and os.path.lexists(first)     # a folder, a file or a link by that name is here
+
+
+def broken_link(path):
+    """Why ``path`` cannot be followed, as a phrase (a loop of symbolic links, or a link to a missing
+    target, at ``path`` or on the way to it); None when it can, or when nothing is there at all."""
+    try:
+        os.stat(path)
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "is a loop of symbolic links (a link that leads back to itself)"
+        if not isinstance(err, FileNotFoundError):
+            return None
+    parts = Path(path).parts
+    for i in range(1, len(parts) + 1):                 # the first link on the way whose target is missing
+        step = Path(*parts[:i])
+        if step.is_symlink() and not step.exists():
+            return (f"is a symbolic link to {os.readlink(step)}, which does not exist" if i == len(parts)
+                    else f"goes through {step}, a symbolic link to {os.readlink(step)}, which does not exist")
+    return None
 
 
 def hub_unreachable():
@@ -82,7 +108,17 @@ def _check_model_dir(path, arg="model"):
         _checks.fail(arg, f"{path} holds no tokenizer (none of {', '.join(TOKENIZER_FILES[:2])}, …)",
                      "save the tokenizer into the same folder (tokenizer.save_pretrained(path)); checkpoints "
                      "written by grpo_edu include it")
-    for weights in sorted(path.glob("*.safetensors")):
+    weight_files = sorted(path.glob("*.safetensors"))
+    if not weight_files:
+        pickled = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_WEIGHTS)
+        if pickled:
+            _checks.fail(arg, f"{path} holds its weights only in pickle format ({', '.join(pickled[:3])}), which "
+                         "grpo_edu never loads: unpickling a file can run any code it carries",
+                         "convert it once to safetensors, in a Python session you trust with that file: "
+                         "AutoModelForCausalLM.from_pretrained(path).save_pretrained(path) writes model.safetensors")
+        _checks.fail(arg, f"{path} holds no weights (no *.safetensors file)",
+                     "point at the folder that save_pretrained wrote the whole model into")
+    for weights in weight_files:
         problem = ckpt.safetensors_problem(weights)
         if problem:
             run = path.parent if ckpt.CHECKPOINT.match(path.name) else None
@@ -102,6 +138,9 @@ def locate_model(name_or_path):
     if name_or_path == BUNDLED_MODEL:
         return str(bundled_model_dir()), {"kind": "bundled"}
     path = Path(name_or_path).expanduser()
+    broken = broken_link(path)
+    if broken:
+        _checks.fail("model", f"{path} {broken}", "point it at the model folder itself (ls -l shows where a link goes)")
     if path.is_dir():
         if not (path / "config.json").exists() and ((path / ckpt.LATEST).exists() or ckpt.checkpoint_folders(path)):
             folder, _ = ckpt.find_checkpoint(path, arg="model")
@@ -150,7 +189,8 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
                       "model whose code you have read or whose author you trust", stacklevel=2)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code,
+                                                     use_safetensors=True)    # never pickle, from the hub either
     except OSError as err:
         first_line = (str(err).strip().splitlines() or [""])[0]   # whole, not cut mid-URL
         _checks.fail("model", f"could not load {name_or_path!r} ({err.__class__.__name__}: {first_line})",
@@ -159,5 +199,18 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
         _checks.fail("model", f"{source} gave an empty tokenizer", "save the model's tokenizer into that folder")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_finite_weights(model, source)
     model.to(device)
     return model, tokenizer
+
+
+def check_finite_weights(model, source="the model"):
+    """Refuse a model any of whose weights is NaN or ±∞ (a damaged file, or a run that diverged)."""
+    import torch
+
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            bad = int((~torch.isfinite(param)).sum())
+            _checks.fail("model", f"{source} has NaN or infinite weights ({bad} of {param.numel()} in {name}): "
+                         "its file is damaged, or it was saved from a run that diverged",
+                         "load an earlier checkpoint of the run, or the bundled model ('bundled')")

@@ -315,7 +315,9 @@ class ReplayBuffer:
         self._lock, _ = locks.acquire(lock_path(self.path), arg="path", what=str(self.path),
                                       fix="wait for that run to finish, or give this one another replay_path "
                                           "(copy the file to replay its samples); if the other writer is in this "
-                                          "process, close it first (buffer.close(), trainer.replay_buffer.close())")
+                                          "process, close it first (buffer.close(), trainer.replay_buffer.close())",
+                                      in_process="a ReplayBuffer still open on it in this Python process (a buffer "
+                                                 "or an earlier trainer's replay_buffer, e.g. from another cell)")
         try:
             suffix = self.path.suffix.lower()
             if suffix == ".jsonl":

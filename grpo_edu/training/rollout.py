@@ -139,8 +139,13 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     cache_name = _cache_name(model)
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True,
                 logits_to_keep=1)
-    for _ in range(max_new_tokens):
+    for t in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()                                   # (N, V)
+        if not bool((logits < float("inf")).all()):                             # NaN or +∞ (−∞ is a banned token)
+            _checks.fail("model", f"its output holds NaN or ∞ at completion token {t + 1}, so nothing can be sampled: "
+                         "its weights are damaged, or the run that made them diverged",
+                         "load an earlier checkpoint or the bundled model; when training diverges, lower the "
+                         "learning rate (lesson 09)")
         if temperature > 0:
             logp = torch.log_softmax(logits / temperature, dim=-1)              # log π(·|q, o_<t) at τ
             tok = torch.multinomial(logp.exp(), 1, generator=generator)         # (N, 1)

@@ -10,15 +10,16 @@ deleted by the old run's clean-up. So:
 * a folder that holds another run's checkpoints is refused unless the caller resumes that
   run or asks to overwrite it; overwriting removes only that run's ``checkpoint-NNNNNN``
   folders and ``latest.json``, never anything else in the folder;
-* half-written temporary folders left by a killed run are removed when a run starts.
+* half-written temporary folders left by a killed run are removed when a run starts;
+* a folder the run created and left empty (it failed before saving anything) is removed.
 """
 
 import json
-import shutil
 from pathlib import Path
 
 from grpo_edu.common import _checks, locks
-from grpo_edu.training.checkpoint import LATEST, TEMPORARY, CheckpointError, checkpoint_folders, run_id_of
+from grpo_edu.training.checkpoint import (LATEST, TEMPORARY, CheckpointError, checkpoint_folders, remove_path,
+                                          run_id_of)
 
 LOCK = ".grpo_edu.lock"
 
@@ -45,12 +46,22 @@ def acquire_lock(output_dir):
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     return locks.acquire(folder / LOCK, arg="output_dir", what=str(folder),
-                         fix="wait for that run to finish, or pass another output_dir", error=CheckpointError)
+                         fix="wait for that run to finish, or pass another output_dir", error=CheckpointError,
+                         in_process="another GRPOTrainer in this Python process, which is training or saving into "
+                                    "it right now (from a callback or a thread)")
 
 
 def release_lock(output_dir, token):
     """Remove the lock if it is still the one ``token`` took."""
     locks.release(Path(output_dir) / LOCK, token)
+
+
+def remove_if_empty(output_dir):
+    """Remove ``output_dir`` if nothing is in it (a run that made it and failed before saving)."""
+    try:
+        Path(output_dir).rmdir()                       # only ever succeeds on an empty folder
+    except OSError:
+        pass
 
 
 def other_runs_files(output_dir, run_id=None):
@@ -93,13 +104,13 @@ def claim_output_dir(output_dir, run_id, *, overwrite=False, resuming=False):
     info = {"removed": [], "cleaned": []}
     for path in folder.iterdir():
         if TEMPORARY.match(path.name):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            remove_path(path, ignore_errors=True)
             info["cleaned"].append(path)
     if resuming:
         return info
     if not overwrite:
         refuse_another_run(folder, run_id)
     for path in other_runs_files(folder, run_id):
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        remove_path(path)
         info["removed"].append(path)
     return info

@@ -434,6 +434,7 @@ class GRPOTrainer:
             yield
             return
         run_folder.check_output_dir(folder)
+        created = not Path(folder).exists()              # a run that fails before saving leaves no empty folder
         token, info = run_folder.acquire_lock(folder)
         if info["took_over"]:
             warnings.warn(f"output_dir: {info['took_over']}", stacklevel=4)
@@ -448,6 +449,8 @@ class GRPOTrainer:
         finally:
             self._lock = None
             run_folder.release_lock(folder, token)
+            if created:
+                run_folder.remove_if_empty(folder)
 
     def save_checkpoint(self):
         """Write a checkpoint of the run so far into output_dir (taking its lock); returns its path."""
@@ -492,7 +495,12 @@ class GRPOTrainer:
         from safetensors.torch import load_file
 
         folder, run_dir, state, optim, rng = ckpt.load_trainer_state(path)
-        saved = GRPOConfig.from_dict(state["config"])
+        try:
+            saved = GRPOConfig.from_dict(state["config"])
+        except (ValueError, TypeError) as err:          # the file's config, not the caller's, is at fault
+            _checks.fail("resume_from", f"{folder / 'trainer_state.json'} holds a config this grpo_edu cannot read "
+                         f"({err})", "resume it with the grpo_edu version that wrote it, or start a new run",
+                         error=ckpt.CheckpointError)
         clashes = self.config.incompatible_with(saved)
         if clashes:
             listed = "; ".join(f"{k}: checkpoint {b!r}, now {a!r}" for k, a, b in clashes)
