@@ -20,6 +20,7 @@ checks every import in the source):
 ``training/`` — the training loop and what it needs (lessons 05–08)
     ``config``          GRPOConfig: every knob of a run, checked up front
     ``tasks``           verifiable tasks (addition, …) and prompt-file loading
+    ``sums``            the long-answer task: sums written with or without working (lesson 11)
     ``tokenizer``       the bundled models' character tokenizer
     ``rollout``         sampling G completions per prompt, with per-token log-probs
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``

@@ -125,7 +125,7 @@ def test_train_help_gives_each_fields_meaning_and_choices(capsys):
         sentence = cli.first_sentence(doc)
         assert sentence.endswith((".", ")")) and len(sentence) > 10, name
         assert _squash(sentence) in text, name
-    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3")}.items():
+    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3", "sums")}.items():
         assert _squash(f"Choices: {', '.join(choices)}.") in text, name
     assert cli.first_sentence('Advantage scaling: "none" (Dr. GRPO). More.') == 'Advantage scaling: "none" (Dr. GRPO).'
     assert cli.first_sentence("Sets it, e.g. to 3. Then more.") == "Sets it, e.g. to 3."
@@ -141,7 +141,7 @@ def test_eval_help_documents_every_flag(capsys):
         if action.dest != "help":
             assert action.help and len(action.help) > 15, action.dest
             assert action.option_strings[0] in text
-    assert "run's output folder" in text and "addition, subtraction, addition3" in text
+    assert "run's output folder" in text and "addition, subtraction, addition3, sums" in text
 
 
 def test_join_negative_values():

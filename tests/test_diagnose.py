@@ -245,6 +245,7 @@ def trl_state(n=12, every=10, **curves):
         rows.append({"loss": ours["loss"], "grad_norm": ours["grad_norm"], "learning_rate": 3e-4 * (1 - i / n),
                      "num_tokens": 1000.0 * i, "completions/mean_length": ours["completion_length"],
                      "completions/min_length": 2.0, "completions/max_length": 4.0,
+                     "completions/mean_terminated_length": ours["completion_length"] - 0.1,
                      "completions/clipped_ratio": curves.get("clipped", lambda t, n: 0.0)(i, n),
                      "rewards/accuracy_reward/mean": ours["reward_mean"], "rewards/accuracy_reward/std": 0.49,
                      "reward": ours["reward_mean"], "reward_std": ours["reward_std"],
@@ -268,7 +269,8 @@ def test_trl_names_map_to_ours(tmp_path):
     expected = {"reward_mean": "reward", "reward_std": "reward_std", "dead_group_fraction": "frac_reward_zero_std",
                 "kl": "kl", "entropy": "entropy", "clip_fraction": "clip_ratio/region_mean",
                 "completion_length": "completions/mean_length", "truncated_fraction": "completions/clipped_ratio",
-                "grad_norm": "grad_norm", "loss": "loss", "learning_rate": "learning_rate",
+                "completion_length_min": "completions/min_length", "completion_length_max": "completions/max_length",
+                "completion_length_terminated": "completions/mean_terminated_length", "grad_norm": "grad_norm", "loss": "loss", "learning_rate": "learning_rate",
                 "reward/accuracy_reward": "rewards/accuracy_reward/mean"}
     assert {ours: rows[0][ours] for ours in expected} == {ours: trl[name] for ours, name in expected.items()}
     assert set(TRL_NAMES.values()) <= set(rows[0])
@@ -453,3 +455,14 @@ def test_a_negative_value_that_cannot_be_negative_is_refused(key, value):
         diagnose(rows)
     rows[20][key] = -1e-9                                              # rounding, not damage
     diagnose(rows)
+
+
+def test_truncation_is_read_from_the_logged_share_at_the_end_of_the_run():
+    # grpo_edu's trainer logs truncated_fraction (as TRL logs completions/clipped_ratio)
+    cut_at_the_end = history(truncated_fraction=lambda t, n: 0.3, completion_length=lambda t, n: 3.0)
+    findings = diagnose(cut_at_the_end, config={"max_completion_length": 8})    # well below the limit on average
+    assert first(findings) == "completion_truncated"
+    assert findings[0].evidence["summary"].startswith("30% of completions cut at the length limit over steps 46–60")
+    # a start that rambles past the limit, ended by a run that learned to stop, is not a finding
+    rambling_start = history(truncated_fraction=lambda t, n: late(t, n, 0.3, 0.02))
+    assert all(f.name != "completion_truncated" for f in diagnose(rambling_start, config={"max_completion_length": 4}))

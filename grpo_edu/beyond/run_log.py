@@ -34,6 +34,9 @@ TRL_NAMES = {
     "entropy": "entropy",
     "clip_ratio/region_mean": "clip_fraction",
     "completions/mean_length": "completion_length",
+    "completions/min_length": "completion_length_min",
+    "completions/max_length": "completion_length_max",
+    "completions/mean_terminated_length": "completion_length_terminated",
     "completions/clipped_ratio": "truncated_fraction",
     "grad_norm": "grad_norm",
     "loss": "loss",
@@ -49,7 +52,7 @@ TRL_NAMES = {
 * ``clip_ratio/region_mean``: the same quantity as our ``clip_fraction`` (tokens where
   r < 1 − ε with Â < 0, or r > 1 + ε_high with Â > 0).
 * ``completions/clipped_ratio``: the share of completions cut at ``max_completion_length``
-  without <eos>. Ours logs no such number (``truncated_fraction`` exists only for TRL runs).
+  without <eos>, our ``truncated_fraction`` (``rollout.length_stats`` computes it the same way).
 * ``kl`` is absent when β = 0 in both; TRL logs no ``accuracy``.
 """
 

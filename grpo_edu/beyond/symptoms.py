@@ -495,11 +495,14 @@ def _entropy_collapse(log):
 
 
 def _completion_length(log):
-    """Truncation: TRL's clipped_ratio ≥ 0.2 at the start or end, or (config given) mean
-    completion_length ≥ 0.98 × max_completion_length there: severity 60.
+    """Truncation: the logged share cut at the limit (``truncated_fraction``, TRL's clipped_ratio) ≥ 0.2
+    at the end; or, where no share is logged (config given), mean completion_length ≥ 0.98 ×
+    max_completion_length at the start or end: severity 60. A start where many answers ramble past the
+    limit, ended by a run that learned to stop, is not a finding (the bundled model's first steps).
     Length collapse: the end's mean length < 0.5 × the start's: severity 50."""
     limit = log.config.get("max_completion_length")
-    for rows in (log.tail, log.head):
+    logged = log.mean(log.tail, "truncated_fraction") is not None
+    for rows in (log.tail,) if logged else (log.tail, log.head):
         cut, length = log.mean(rows, "truncated_fraction"), log.mean(rows, "completion_length")
         if cut is not None and cut >= 0.2:
             summary = f"{cut:.0%} of completions cut at the length limit over {log.span(rows)} (rule: ≥ 20 %)"

@@ -23,7 +23,9 @@ import argparse
 import inspect
 import json
 import os
+import random
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,13 +34,15 @@ from grpo_edu.common._checks import choice, fail, positive_float, positive_int
 from grpo_edu.training.evaluation import evaluate_accuracy, sample_completions
 from grpo_edu.training.models import ASSETS
 from grpo_edu.training.tasks import get_task
-from grpo_edu.training.tokenizer import build_char_tokenizer, save_char_tokenizer
+from grpo_edu.training.tokenizer import CHARS, build_char_tokenizer, save_char_tokenizer
 
 BUNDLED_DIR = ASSETS / "tiny-adder"
 DEFAULT_OUT = str(BUNDLED_DIR)
 """The command's default --out: the bundled model's folder, wherever the command is run from."""
 BAND = (0.20, 0.60)
 """Held-out sampled accuracy the bundled model must land in (the tests check it)."""
+STOP_METRICS = ("greedy", "sampled")
+"""What the periodic check measures on held-out prompts, to decide when to stop (see build_tiny_model)."""
 
 
 def tiny_llama_config(tokenizer, *, hidden_size: int = 64, num_layers: int = 2,
@@ -93,7 +97,8 @@ def encode_for_warmup(tokenizer, rows: list[dict]):
 def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
                      batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
                      stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
-                     hidden_size: int = 64, device: str = "cpu") -> dict:
+                     hidden_size: int = 64, device: str = "cpu", num_layers: int = 2, max_positions: int = 32,
+                     stop_metric: str = "greedy", worked_fraction: float = -1.0, check_prompts: int = 500) -> dict:
     """Warm up a tiny Llama on ``task`` and save it (weights + tokenizer) to ``out_dir``.
 
     ``task`` may name several tasks, comma-separated ("addition,subtraction"): their train
@@ -119,11 +124,21 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
     "cuda", to warm up a larger model (``hidden_size=256``, task ``"addition3"``) on a GPU
     (lesson 08). The weights are initialised on the CPU either way; on CUDA the training
     is fast but not bit-reproducible.
+
+    Long answers (the ``sums`` task, ``assets/tiny-sums``): ``worked_fraction`` in [0, 1] shows that
+    share of the train rows with their written working and the rest with the answer alone
+    (``task.demonstration``; a seeded, fixed choice per row), so that how much to write is the
+    model's choice; −1 (the default) shows the plain answer. ``stop_metric="sampled"`` stops at the
+    first check where the held-out *sampled* accuracy (τ = 1, one answer for each of the first
+    ``check_prompts`` prompts) reaches ``stop_at``: with long answers the sampled accuracy climbs
+    steeply, and a check every few dozen steps lands it in :data:`BAND`. ``num_layers`` and
+    ``max_positions`` size the model (prompt, answer and ``<eos>`` must fit in ``max_positions``).
     """
     model, tokenizer, summary, history, timing = _warm_up(
         out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size, check_every=check_every, max_steps=max_steps,
         stop_at=stop_at, label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
-        device=device)
+        device=device, num_layers=num_layers, max_positions=max_positions, stop_metric=stop_metric,
+        worked_fraction=worked_fraction, check_prompts=check_prompts)
     _save(model, tokenizer, out_dir, summary, history)
     return _finish(summary, history, timing)
 
@@ -131,8 +146,11 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
 def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3,
              batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
              stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
-             hidden_size: int = 64, device: str = "cpu") -> tuple:
-    """``build_tiny_model`` without the saving: (model, tokenizer, summary, history, timing)."""
+             hidden_size: int = 64, device: str = "cpu", num_layers: int = 2, max_positions: int = 32,
+             stop_metric: str = "greedy", worked_fraction: float = -1.0, check_prompts: int = 500,
+             progress: bool = False) -> tuple:
+    """``build_tiny_model`` without the saving: (model, tokenizer, summary, history, timing).
+    ``progress``: a bar over the steps, with each check's accuracy (the command shows it)."""
     positive_int("seed", seed, minimum=0)
     positive_float("lr", lr)
     positive_int("batch_size", batch_size)
@@ -140,7 +158,11 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
     positive_int("max_steps", max_steps)
     positive_int("eval_samples", eval_samples)
     positive_int("hidden_size", hidden_size)
+    positive_int("num_layers", num_layers)
+    positive_int("max_positions", max_positions)
+    positive_int("check_prompts", check_prompts)
     choice("device", device, ("cpu", "cuda"))
+    choice("stop_metric", stop_metric, STOP_METRICS)
     if not 0 < stop_at < 1:
         fail("stop_at", f"must be a held-out greedy accuracy strictly between 0 and 1, got {stop_at!r}",
              "pass about 0.95")
@@ -148,25 +170,42 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
         fail("label_smoothing", f"must be in [0, 1), got {label_smoothing!r}", "pass about 0.2")
     names = task.split(",")
     tasks = [get_task(name) for name in names]  # checks the names before any work
+    if worked_fraction != -1.0:
+        if not 0 <= worked_fraction <= 1:
+            fail("worked_fraction", f"must be a share in [0, 1] (or -1 for plain answers), got {worked_fraction!r}",
+                 "pass e.g. 0.5: half the warm-up rows show their working")
+        plain = [t.name for t in tasks if not hasattr(t, "demonstration")]
+        if plain:
+            fail("worked_fraction", f"task {plain[0]!r} has no written working to show",
+                 "use it with a task that has (sums), or leave it at -1")
+    longest = max(len(r["prompt"]) for t in tasks for r in t.split("heldout")) + 1 + max(t.max_answer_chars for t in tasks) + 1
+    if longest > max_positions:
+        fail("max_positions", f"is {max_positions}, but a prompt with <bos>, its longest answer and <eos> need {longest}",
+             f"pass --max-positions {longest} or more")
 
     import torch
     from transformers import LlamaForCausalLM
+
+    from grpo_edu.common.progress import progress_bar
 
     if device == "cuda" and not torch.cuda.is_available():
         fail("device", "'cuda' was asked for but torch sees no CUDA device", "use device='cpu'")
 
     started = time.perf_counter()
-    tokenizer = build_char_tokenizer()
-    train_rows = [row for t in tasks for row in t.split("train")]       # several tasks: one mixed pool
+    tokenizer = build_char_tokenizer(task_chars(tasks))
+    train_rows = [row for t in tasks for row in _demonstrations(t, worked_fraction, seed)]   # several tasks: one pool
     heldout = {t.name: t.split("heldout") for t in tasks}
     max_new_tokens = max(t.max_answer_chars for t in tasks) + 1  # the answer, then <eos>
     input_ids, labels = encode_for_warmup(tokenizer, train_rows)  # (R, L)
     input_ids, labels = input_ids.to(device), labels.to(device)
     attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
 
-    def greedy_accuracy(m):   # the mean over the tasks
-        return sum(evaluate_accuracy(m, tokenizer, heldout[t.name], t, temperature=0, max_new_tokens=max_new_tokens)
-                   for t in tasks) / len(tasks)
+    def check_accuracy(m):   # the mean over the tasks, greedy (all held-out prompts) or sampled (the first few)
+        if stop_metric == "greedy":
+            return sum(evaluate_accuracy(m, tokenizer, heldout[t.name], t, temperature=0,
+                                         max_new_tokens=max_new_tokens) for t in tasks) / len(tasks)
+        return sum(evaluate_accuracy(m, tokenizer, heldout[t.name][:check_prompts], t, temperature=1.0,
+                                     max_new_tokens=max_new_tokens) for t in tasks) / len(tasks)
 
     deterministic = torch.are_deterministic_algorithms_enabled()
     if device == "cpu":  # CUDA would also need CUBLAS_WORKSPACE_CONFIG; there we accept tiny differences
@@ -174,11 +213,13 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # initial weights
-            model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=hidden_size)).to(device)
+            model = LlamaForCausalLM(tiny_llama_config(tokenizer, hidden_size=hidden_size, num_layers=num_layers,
+                                                       max_positions=max_positions)).to(device)
             order = torch.Generator().manual_seed(seed)  # batch order
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
             model.train()
             history, step, batches = [], 0, []
+            bar = progress_bar(max_steps, desc="warm-up", disable=not progress)
             while step < max_steps:
                 if not batches:  # a new epoch: a fresh permutation, the last partial batch dropped
                     perm = torch.randperm(len(train_rows), generator=order)
@@ -194,12 +235,15 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
                 loss.backward()
                 optimizer.step()
                 step += 1
+                bar.update(1)
                 if step % check_every == 0 or step == max_steps:
-                    accuracy = greedy_accuracy(model)
+                    accuracy = check_accuracy(model)
+                    bar.set_postfix({f"held-out {stop_metric}": f"{accuracy:.3f}"})
                     history.append({"step": step, "loss": round(loss.item(), 4),
-                                    "heldout_greedy_accuracy": accuracy})
+                                    f"heldout_{stop_metric}_accuracy": accuracy})
                     if accuracy >= stop_at:
                         break
+            bar.close()
     finally:
         torch.use_deterministic_algorithms(deterministic)
     train_seconds = time.perf_counter() - started
@@ -219,9 +263,27 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
         command=_command(out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size,
                          check_every=check_every, max_steps=max_steps, stop_at=stop_at,
                          label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
-                         device=device),
+                         device=device, num_layers=num_layers, max_positions=max_positions, stop_metric=stop_metric,
+                         worked_fraction=worked_fraction, check_prompts=check_prompts),
     )
     return model, tokenizer, summary, history, {"started": started, "train_seconds": train_seconds}
+
+
+def task_chars(tasks) -> str:
+    """The characters the tokenizer needs for ``tasks``: the course's :data:`CHARS`, then any a task adds
+    (``task.chars``, e.g. ``;`` and ``#`` for sums), in order."""
+    extra = "".join(getattr(t, "chars", "") for t in tasks)
+    return CHARS + "".join(dict.fromkeys(c for c in extra if c not in CHARS))
+
+
+def _demonstrations(task, worked_fraction, seed) -> list[dict]:
+    """The train rows a warm-up shows: the answer alone, or (``worked_fraction`` ≥ 0) a seeded mix of
+    worked and direct demonstrations, one fixed choice per row."""
+    rows = task.split("train")
+    if worked_fraction == -1.0:
+        return rows
+    pick = random.Random(seed)
+    return [dict(row, answer=task.demonstration(row, pick.random() < worked_fraction)) for row in rows]
 
 
 def _finish(summary, history, timing) -> dict:
@@ -241,11 +303,16 @@ def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens)
     correct = [task.is_correct(t, a) for t, a in zip(texts, answers)]
     rates = [sum(correct[i: i + eval_samples]) / eval_samples
              for i in range(0, len(correct), eval_samples)]
-    # "well formed": 1..max_answer_chars digits, then <eos>
-    well_formed = [s and t.isdigit() and len(t) <= task.max_answer_chars
-                   for t, s in zip(texts, stopped)]
+    if hasattr(task, "well_formed"):    # the task's own format (sums: working, then #answer), then <eos>
+        well_formed = [s and task.well_formed(t) for t, s in zip(texts, stopped)]
+    else:                               # 1..max_answer_chars digits, then <eos>
+        well_formed = [s and t.isdigit() and len(t) <= task.max_answer_chars
+                       for t, s in zip(texts, stopped)]
     n = len(heldout_rows)
-    return {
+    lengths = {}
+    if hasattr(task, "demonstration"):  # long answers: how long, how often cut, how often worked
+        lengths = answer_lengths(texts, stopped, correct)
+    return {**lengths, 
         "heldout_prompts": n,
         "eval_samples_per_prompt": eval_samples,
         "heldout_sampled_accuracy": round(sum(correct) / len(correct), 4),
@@ -258,11 +325,30 @@ def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens)
     }
 
 
+def answer_lengths(texts, stopped, correct) -> dict:
+    """Length statistics of sampled answers, in tokens with ``<eos>`` (the character tokenizer: one per character).
+
+    ``truncated_fraction``: the share that never produced ``<eos>`` (cut at the length limit);
+    ``worked_fraction``: the share that wrote any working (a ``+`` before the answer).
+    """
+    lengths = sorted(len(t) + bool(s) for t, s in zip(texts, stopped))
+    right = [len(t) + 1 for t, s, c in zip(texts, stopped, correct) if c and s]
+
+    def quantile(q):
+        return lengths[min(len(lengths) - 1, int(q * len(lengths)))]
+    return {
+        "length_median": statistics.median(lengths), "length_p10": quantile(0.1), "length_p90": quantile(0.9),
+        "length_max": lengths[-1], "length_median_correct": statistics.median(right) if right else None,
+        "truncated_fraction": round(sum(not s for s in stopped) / len(stopped), 4),
+        "worked_fraction": round(sum("+" in t.split("#")[0] for t in texts) / len(texts), 4),
+    }
+
+
 def _command(out_dir, **options) -> str:
     """The shell command that rebuilds this model: defaults left out, the rest spelled out."""
     defaults = _option_defaults()
     flags = "".join(f" --{name.replace('_', '-')} {value}" for name, value in options.items()
-                    if value != defaults[name])
+                    if name in defaults and value != defaults[name])        # not --progress: no flag of the model
     if Path(out_dir).resolve().parent == ASSETS.resolve():
         out_dir = f"assets/{Path(out_dir).name}"   # as run from the repository root
     return f"python -m grpo_edu.training.make_model --out {out_dir}{flags}"
@@ -322,7 +408,7 @@ def main(argv=None) -> int:
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         print(f"error: --out: {out_dir} is a file. Fix: pass a folder.", file=sys.stderr)
         return 2
-    model, tokenizer, summary, history, timing = _warm_up(out_dir, **args)
+    model, tokenizer, summary, history, timing = _warm_up(out_dir, **args, progress=True)
     if summary["in_band"]:
         _save_into_place(model, tokenizer, out_dir, summary, history)
     summary = _finish(summary, history, timing)

@@ -180,6 +180,31 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
                    completion_mask=completion_mask, logprobs=logprobs, completions=texts, entropy=entropy)
 
 
+def length_stats(rollout, eos_token_id, correct=None):
+    """How long a step's completions are, in tokens with ``<eos>``; TRL's ``completions/*`` names in brackets.
+
+    ``completion_length`` (``mean_length``), ``_min`` and ``_max`` over all N; ``truncated_fraction``
+    (``clipped_ratio``): the share cut at ``max_completion_length`` without ``<eos>``;
+    ``completion_length_terminated`` (``mean_terminated_length``): the mean over those that ended.
+    With ``correct`` (N booleans): ``completion_length_correct`` and ``_wrong``, the means over right
+    and wrong answers. A mean over no completions is None (not measured), never 0.
+    """
+    lengths = rollout.lengths                                                    # (N,)
+    last = rollout.completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)   # (N,)
+    ended = (last == eos_token_id) & (lengths > 0)                               # (N,) finished with <eos>
+
+    def mean(select):
+        return float(lengths[select].float().mean()) if bool(select.any()) else None
+
+    stats = {"completion_length": float(lengths.float().mean()), "completion_length_min": int(lengths.min()),
+             "completion_length_max": int(lengths.max()), "truncated_fraction": float((~ended).float().mean()),
+             "completion_length_terminated": mean(ended)}
+    if correct is not None:
+        right = torch.tensor(list(correct), dtype=torch.bool, device=lengths.device)    # (N,)
+        stats.update(completion_length_correct=mean(right), completion_length_wrong=mean(~right))
+    return stats
+
+
 def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens, *, temperature=1.0,
                         with_entropy=False):
     """log π(o_t | q, o_<t) for the last ``num_completion_tokens`` positions of each row.

@@ -162,6 +162,15 @@ TASKS: dict[str, Task] = {
 }
 
 
+from grpo_edu.training.sums import SumsTask  # noqa: E402  (the long-answer task builds on nothing above)
+
+TASKS["sums"] = SumsTask(
+    name="sums",
+    description="Sums of 2 to 5 numbers (1..99), answered after '#', with or without working: '12+7+30=' -> "
+                "'12+7=19;19+30=49#49' or '#49'. 500 held out, 20000 to train on. Answers run from 3 to 46 "
+                "characters: the task of lesson 11 (long answers) and its model, assets/tiny-sums.")
+
+
 def get_task(name: str) -> Task:
     """The registered task called ``name``."""
     if name not in TASKS:

@@ -67,6 +67,7 @@ from grpo_edu.training.rollout import (
     completion_logprobs,
     concat_rollouts,
     generate,
+    length_stats,
     rollout_from_text,
 )
 from grpo_edu.training.tasks import get_task, load_prompts
@@ -352,6 +353,8 @@ class GRPOTrainer:
         G = self.config.num_generations
         answers = [row.get("answer") for row in rows for _ in range(G)]
         correct = [self.task.is_correct(text, a) for text, a in zip(rollout.completions, answers) if a is not None]
+        lengths = length_stats(rollout, self.tokenizer.eos_token_id,
+                               correct if len(correct) == len(answers) else None)
         return {
             "step": self.step_count,
             "epoch": self.schedule.epoch_of(self.step_count),
@@ -364,7 +367,7 @@ class GRPOTrainer:
             "kl": update["kl"] if self.ref_model is not None else None,   # not measured without π_ref
             "ratio_mean": update["ratio_mean"],
             "entropy": update["entropy"],
-            "completion_length": float(rollout.lengths.float().mean()),
+            **lengths,                                    # mean/min/max length, right and wrong; truncated share
             "grad_norm": update["grad_norm"],
         }
 

@@ -1,0 +1,152 @@
+"""Long answers: sums of 2 to 5 numbers, answered with or without written working.
+
+Every other task in the course is answered in at most 4 tokens, so nothing about *length* can
+be seen there. Here the model may write its working, one partial sum per step, before the
+answer, or give the answer at once:
+
+    prompt     12+07+30=
+    worked     12+07=19;19+30=49#49     (21 tokens with <eos>)
+    direct     #49                      (4 tokens with <eos>)
+
+The answer always follows the last ``#`` (the way GSM8K ends a solution with ``#### 72``, or
+R1-Zero puts it in ``<answer>…</answer>``), so a program can check it whatever came before.
+A completion is *well formed* when it is zero or more steps ``a+b=c`` joined by ``;``, then
+``#`` and a number (:data:`FORMAT`); its *working is right* when every step adds correctly and
+follows the prompt's terms in order (:meth:`SumsTask.working_is_right`). These are three separate
+checks: an answer can be right with wrong working, or well formed and wrong.
+
+Working is the model's choice, so its length is too: 2 terms worked take about 11 tokens, 5 terms
+about 40, a direct answer 3 to 4. That is what lets lesson 11 watch answers grow or shrink
+under GRPO, and what makes ``loss_type`` (how a sequence's tokens are weighed) matter.
+
+Standard library only, like ``tasks``: importing it stays instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from dataclasses import dataclass
+
+from grpo_edu.common._checks import choice, fail, positive_int
+
+SPLITS = ("train", "heldout")
+FORMAT = re.compile(r"^(?:\d+\+\d+=\d+(?:;\d+\+\d+=\d+)*)?#\d+$")
+"""A well-formed completion: optional steps ``a+b=c`` joined by ``;``, then ``#`` and the answer."""
+STEP = re.compile(r"(\d+)\+(\d+)=(\d+)")
+
+
+def terms_of(prompt: str) -> list[int]:
+    """The numbers of a prompt: ``"12+7+30="`` → ``[12, 7, 30]``."""
+    return [int(t) for t in prompt.rstrip("=").split("+")]
+
+
+def worked_solution(terms: list[int], digits: int = 0) -> str:
+    """The working a careful student writes: running sums, one step each, then the answer. Each term
+    is written as in the prompt (``digits``: zero-padded to that width; 0: as it is)."""
+    def write(t):
+        return f"{t:0{digits}d}" if digits else str(t)
+
+    steps, left, total = [], write(terms[0]), terms[0]
+    for t in terms[1:]:
+        total += t
+        steps.append(f"{left}+{write(t)}={total}")
+        left = str(total)                           # a running total is written as it is
+    return ";".join(steps) + f"#{total}"
+
+
+def final_answer(completion: str) -> str | None:
+    """What follows the last ``#`` (stripped), or None when there is no ``#``."""
+    if "#" not in completion:
+        return None
+    return completion.rsplit("#", 1)[1].strip()
+
+
+@dataclass(frozen=True)
+class SumsTask:
+    """``a+b+…=`` with ``min_terms`` to ``max_terms`` numbers in ``[low, high]``; the answer is the sum.
+
+    The splits are drawn once from a seeded generator, without repeats: ``heldout_size``
+    prompts first, then ``train_size``; a prompt belongs to one split only. The number of
+    terms is uniform over ``min_terms..max_terms``.
+    """
+
+    name: str
+    description: str
+    chars = ";#"
+    """Characters this task needs beyond the course's tokenizer (``make_model.task_chars``)."""
+    min_terms: int = 2
+    max_terms: int = 5
+    low: int = 1
+    high: int = 99
+    digits: int = 2
+    """Each term is written with this many digits, zero-padded ("07+53="), so that term k sits at a fixed
+    place in the prompt and a tiny model can copy it; 0 writes terms as they are."""
+    heldout_size: int = 500
+    train_size: int = 20_000
+    seed: int = 4321
+
+    def split(self, split: str, n: int | None = None) -> list[dict]:
+        """Rows ``{"prompt", "answer"}`` of ``split`` (the first ``n`` if given; already shuffled)."""
+        choice("split", split, SPLITS)
+        if n is not None:
+            positive_int("n", n, fix="pass a row count ≥ 1, or n=None for the whole split")
+        drawn = _drawn_terms(self)
+        chosen = drawn[: self.heldout_size] if split == "heldout" else drawn[self.heldout_size:]
+        return [self.row(terms) for terms in chosen[:n]]
+
+    def row(self, terms) -> dict:
+        """``row([12, 7, 30])`` → ``{"prompt": "12+07+30=", "answer": "49"}`` (two digits a term)."""
+        return {"prompt": "+".join(f"{t:0{self.digits}d}" for t in terms) + "=", "answer": str(sum(terms))}
+
+    @property
+    def max_answer_chars(self) -> int:
+        """The longest worked solution in characters (every term ``high``); add 1 for ``<eos>``."""
+        return len(worked_solution([self.high] * self.max_terms, self.digits))
+
+    def is_correct(self, completion: str, answer: str) -> bool:
+        """The number after the last ``#`` equals the answer exactly (``"#049"`` is wrong)."""
+        return final_answer(completion) == str(answer).strip()
+
+    def well_formed(self, completion: str) -> bool:
+        """Steps ``a+b=c`` joined by ``;`` (or none), then ``#`` and a number: :data:`FORMAT`."""
+        return bool(FORMAT.match(completion.strip()))
+
+    def working_is_right(self, prompt: str, completion: str) -> bool:
+        """Well formed, and each step adds correctly and follows the prompt's terms in order
+        (a running sum). A direct answer has no working, so nothing in it is wrong."""
+        if not self.well_formed(completion):
+            return False
+        steps = STEP.findall(completion.split("#")[0])
+        if not steps:
+            return True
+        terms = terms_of(prompt)
+        total = terms[0]
+        for (a, b, c), t in zip(steps, terms[1:]):
+            if int(a) != total or int(b) != t or int(c) != total + t:
+                return False
+            total += t
+        return len(steps) == len(terms) - 1
+
+    def demonstration(self, row: dict, worked: bool) -> str:
+        """The completion a warm-up shows for ``row``: its worked solution, or the answer alone."""
+        return worked_solution(terms_of(row["prompt"]), self.digits) if worked else f"#{row['answer']}"
+
+    def reward(self, prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
+        """1.0 for each correct completion, else 0.0 (TRL's reward-function protocol)."""
+        if len(completions) != len(answer):
+            fail("answer", f"has {len(answer)} entries for {len(completions)} completions",
+                 "pass one reference answer per completion (repeat each answer G times)")
+        return [1.0 if self.is_correct(c, a) else 0.0 for c, a in zip(completions, answer)]
+
+
+@functools.cache
+def _drawn_terms(task: SumsTask) -> tuple[tuple[int, ...], ...]:
+    """Distinct term lists in the task's fixed order: held-out first, then train."""
+    rng = random.Random(task.seed)
+    seen: dict[tuple[int, ...], None] = {}          # a dict keeps the drawing order
+    while len(seen) < task.heldout_size + task.train_size:
+        k = rng.randint(task.min_terms, task.max_terms)
+        seen.setdefault(tuple(rng.randint(task.low, task.high) for _ in range(k)), None)
+    return tuple(seen)
