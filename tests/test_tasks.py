@@ -15,8 +15,8 @@ def _solve(prompt):
     """Independent reference: compute the answer from the prompt text."""
     expression = prompt.rstrip("=")
     op = "+" if "+" in expression else "-"
-    a, b = (int(x) for x in expression.split(op))
-    return str(a + b if op == "+" else a - b)
+    a, *rest = (int(x) for x in expression.split(op))
+    return str(a + sum(rest) if op == "+" else a - sum(rest))        # sums: any number of terms
 
 
 # --- splits -----------------------------------------------------------------------------
