@@ -14,7 +14,8 @@ def test_a_worked_solution_is_a_running_sum_then_the_answer():
     assert worked_solution([12, 7, 30]) == "12+7=19;19+30=49#49"
     assert worked_solution([5, 5]) == "5+5=10#10"
     assert terms_of("8+53+9+23=") == [8, 53, 9, 23]
-    assert SUMS.max_answer_chars == len("99+99=198;198+99=297;297+99=396;396+99=495#495") == 46
+    assert SUMS.row([3, 8, 5]) == {"prompt": "3+8+5=", "answer": "16"}
+    assert SUMS.max_answer_chars == len("9+9=18;18+9=27;27+9=36;36+9=45;45+9=54#54") == 41
 
 
 @pytest.mark.parametrize("completion, correct, formed, working", [
@@ -41,12 +42,12 @@ def test_the_answer_is_what_follows_the_last_marker():
         SUMS.reward(["a", "b"], ["#1", "#2"], answer=["1"])
 
 
-def test_the_splits_are_fixed_disjoint_and_span_two_to_five_terms():
+def test_the_splits_are_fixed_disjoint_and_span_two_to_six_terms():
     heldout, train = SUMS.split("heldout"), SUMS.split("train")
     assert len(heldout) == 500 and len(train) == 20_000
     assert not {r["prompt"] for r in heldout} & {r["prompt"] for r in train}
-    counts = {len(terms_of(r["prompt"])) for r in train}
-    assert counts == {2, 3, 4, 5}
+    assert {len(terms_of(r["prompt"])) for r in train} == {len(terms_of(r["prompt"])) for r in heldout} == {2, 3, 4, 5, 6}
+    assert {int(t) for r in heldout for t in terms_of(r["prompt"])} == set(range(1, 10))
     assert all(str(sum(terms_of(r["prompt"]))) == r["answer"] for r in heldout[:100])
     assert SUMS.split("heldout", 3) == heldout[:3]
 
@@ -115,11 +116,3 @@ def test_a_step_logs_lengths_right_and_wrong_and_the_truncated_share(random_mode
     assert (m["completion_length_wrong"] is None) == (m["accuracy"] == 1.0)
     if m["truncated_fraction"] == 1:                                  # nothing ended: every answer is 3 tokens
         assert m["completion_length_min"] == 3 and m["completion_length_terminated"] is None
-
-
-def test_terms_are_written_two_digits_wide_so_each_sits_at_a_fixed_place():
-    assert SUMS.row([12, 7, 30]) == {"prompt": "12+07+30=", "answer": "49"}
-    assert worked_solution([8, 53, 9], digits=2) == "08+53=61;61+09=70#70"
-    assert SUMS.demonstration(SUMS.row([8, 53, 9]), worked=True) == "08+53=61;61+09=70#70"
-    assert SUMS.working_is_right("08+53+09=", "08+53=61;61+09=70#70")
-    assert SUMS.working_is_right("08+53+09=", "8+53=61;61+9=70#70")        # the number counts, not its padding

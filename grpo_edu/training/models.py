@@ -54,6 +54,16 @@ def two_task_model_dir():
     return path
 
 
+def sums_model_dir():
+    """Path of lesson 11's model, which writes its working (``assets/tiny-sums``, the ``sums`` task)."""
+    path = ASSETS / "tiny-sums"
+    if not (path / "config.json").exists():
+        _checks.fail("model", f"the long-answer model is missing at {path}",
+                     "rebuild it with the command in assets/README.md (python -m grpo_edu.training.make_model "
+                     "--out assets/tiny-sums --task sums …; about 4 minutes on a 2-core CPU)")
+    return path
+
+
 def _looks_like_path(name):
     """True for names a hub cannot hold, or whose first part is a local folder (``models/tiny``)."""
     if not HUB_NAME.match(name) or name.startswith("."):

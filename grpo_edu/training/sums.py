@@ -4,9 +4,9 @@ Every other task in the course is answered in at most 4 tokens, so nothing about
 be seen there. Here the model may write its working, one partial sum per step, before the
 answer, or give the answer at once:
 
-    prompt     12+07+30=
-    worked     12+07=19;19+30=49#49     (21 tokens with <eos>)
-    direct     #49                      (4 tokens with <eos>)
+    prompt     3+8+5+9=
+    worked     3+8=11;11+5=16;16+9=25#25    (26 tokens with <eos>)
+    direct     #25                          (4 tokens with <eos>)
 
 The answer always follows the last ``#`` (the way GSM8K ends a solution with ``#### 72``, or
 R1-Zero puts it in ``<answer>…</answer>``), so a program can check it whatever came before.
@@ -15,8 +15,10 @@ A completion is *well formed* when it is zero or more steps ``a+b=c`` joined by 
 follows the prompt's terms in order (:meth:`SumsTask.working_is_right`). These are three separate
 checks: an answer can be right with wrong working, or well formed and wrong.
 
-Working is the model's choice, so its length is too: 2 terms worked take about 11 tokens, 5 terms
-about 40, a direct answer 3 to 4. That is what lets lesson 11 watch answers grow or shrink
+Working is the model's choice, so its length is too: 2 terms worked take 7 to 9 tokens, 6 terms
+about 35, a direct answer 3 or 4. The terms are single digits: a 1M-parameter model learns to write
+this working in a few hundred warm-up steps, where two-digit terms took thousands (measured while
+building ``assets/tiny-sums``). That is what lets lesson 11 watch answers grow or shrink
 under GRPO, and what makes ``loss_type`` (how a sequence's tokens are weighed) matter.
 
 Standard library only, like ``tasks``: importing it stays instant.
@@ -42,17 +44,12 @@ def terms_of(prompt: str) -> list[int]:
     return [int(t) for t in prompt.rstrip("=").split("+")]
 
 
-def worked_solution(terms: list[int], digits: int = 0) -> str:
-    """The working a careful student writes: running sums, one step each, then the answer. Each term
-    is written as in the prompt (``digits``: zero-padded to that width; 0: as it is)."""
-    def write(t):
-        return f"{t:0{digits}d}" if digits else str(t)
-
-    steps, left, total = [], write(terms[0]), terms[0]
+def worked_solution(terms: list[int]) -> str:
+    """The working a careful student writes: running sums, one step each, then the answer."""
+    steps, total = [], terms[0]
     for t in terms[1:]:
+        steps.append(f"{total}+{t}={total + t}")
         total += t
-        steps.append(f"{left}+{write(t)}={total}")
-        left = str(total)                           # a running total is written as it is
     return ";".join(steps) + f"#{total}"
 
 
@@ -68,8 +65,10 @@ class SumsTask:
     """``a+b+…=`` with ``min_terms`` to ``max_terms`` numbers in ``[low, high]``; the answer is the sum.
 
     The splits are drawn once from a seeded generator, without repeats: ``heldout_size``
-    prompts first, then ``train_size``; a prompt belongs to one split only. The number of
-    terms is uniform over ``min_terms..max_terms``.
+    prompts first, then ``train_size``; a prompt belongs to one split only. Each draw picks the
+    number of terms uniformly from ``min_terms..max_terms``, but only 81 two-term and 729
+    three-term sums exist, so once the held-out split has taken its share (63 and 117 of its 500)
+    the train split holds few short prompts: 18 with two terms, 612 with three, the rest 4 to 6.
     """
 
     name: str
@@ -77,12 +76,9 @@ class SumsTask:
     chars = ";#"
     """Characters this task needs beyond the course's tokenizer (``make_model.task_chars``)."""
     min_terms: int = 2
-    max_terms: int = 5
+    max_terms: int = 6
     low: int = 1
-    high: int = 99
-    digits: int = 2
-    """Each term is written with this many digits, zero-padded ("07+53="), so that term k sits at a fixed
-    place in the prompt and a tiny model can copy it; 0 writes terms as they are."""
+    high: int = 9
     heldout_size: int = 500
     train_size: int = 20_000
     seed: int = 4321
@@ -97,13 +93,13 @@ class SumsTask:
         return [self.row(terms) for terms in chosen[:n]]
 
     def row(self, terms) -> dict:
-        """``row([12, 7, 30])`` → ``{"prompt": "12+07+30=", "answer": "49"}`` (two digits a term)."""
-        return {"prompt": "+".join(f"{t:0{self.digits}d}" for t in terms) + "=", "answer": str(sum(terms))}
+        """``row([3, 8, 5])`` → ``{"prompt": "3+8+5=", "answer": "16"}``."""
+        return {"prompt": "+".join(map(str, terms)) + "=", "answer": str(sum(terms))}
 
     @property
     def max_answer_chars(self) -> int:
         """The longest worked solution in characters (every term ``high``); add 1 for ``<eos>``."""
-        return len(worked_solution([self.high] * self.max_terms, self.digits))
+        return len(worked_solution([self.high] * self.max_terms))
 
     def is_correct(self, completion: str, answer: str) -> bool:
         """The number after the last ``#`` equals the answer exactly (``"#049"`` is wrong)."""
@@ -131,7 +127,7 @@ class SumsTask:
 
     def demonstration(self, row: dict, worked: bool) -> str:
         """The completion a warm-up shows for ``row``: its worked solution, or the answer alone."""
-        return worked_solution(terms_of(row["prompt"]), self.digits) if worked else f"#{row['answer']}"
+        return worked_solution(terms_of(row["prompt"])) if worked else f"#{row['answer']}"
 
     def reward(self, prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
         """1.0 for each correct completion, else 0.0 (TRL's reward-function protocol)."""

@@ -166,8 +166,8 @@ from grpo_edu.training.sums import SumsTask  # noqa: E402  (the long-answer task
 
 TASKS["sums"] = SumsTask(
     name="sums",
-    description="Sums of 2 to 5 numbers (1..99), answered after '#', with or without working: '12+7+30=' -> "
-                "'12+7=19;19+30=49#49' or '#49'. 500 held out, 20000 to train on. Answers run from 3 to 46 "
+    description="Sums of 2 to 6 digits (1..9), answered after '#', with or without working: '3+8+5=' -> "
+                "'3+8=11;11+5=16#16' or '#16'. 500 held out, 20000 to train on. Answers run from 3 to 39 "
                 "characters: the task of lesson 11 (long answers) and its model, assets/tiny-sums.")
 
 
