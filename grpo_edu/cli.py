@@ -102,6 +102,29 @@ def _add_config_flags(parser):
             group.add_argument(flag, type=_none_or(kind), default=field.default, metavar=metavar, help=text)
 
 
+def _add_preset_flag(parser):
+    from grpo_edu.training.config import PRESETS
+
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named config (flags given with it "
+                        "still win): sums = lesson 11's long answers on assets/tiny-sums")
+    parser.config_parser = True
+
+
+def _apply_preset(parser, argv):
+    """``--preset NAME``: the preset's fields become the subcommand's defaults, so any flag given beside it wins."""
+    from grpo_edu.training.config import PRESETS
+
+    if not argv or "--preset" not in " ".join(argv):
+        return
+    finder = argparse.ArgumentParser(add_help=False)
+    finder.add_argument("--preset")
+    name = finder.parse_known_args(argv[1:])[0].preset
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = sub.choices.get(argv[0]) if sub else None
+    if name in PRESETS and command is not None and getattr(command, "config_parser", False):
+        command.set_defaults(**PRESETS[name])
+
+
 def _config_from(args):
     names = {f.name for f in dataclasses.fields(GRPOConfig)}
     return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
@@ -306,6 +329,7 @@ def build_parser():
                                        "(default: runs/<timestamp>/ under the current folder); "
                                        "score it with `grpo-edu eval --model DIR`.")
     _add_config_flags(train)
+    _add_preset_flag(train)
     run = train.add_argument_group("the run")
     run.add_argument("--metrics-out", metavar="FILE",
                      help="write each step's metrics as a JSON line (a resumed run writes its earlier steps too)")
@@ -375,6 +399,7 @@ def build_parser():
     ex.add_argument("--processes", type=int, default=1, metavar="INT",
                     help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
     _add_config_flags(ex)
+    _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
@@ -414,6 +439,7 @@ def main(argv=None):
 
         return import_module(PASS_THROUGH[argv[0]]).main(argv[1:]) or 0
     parser = build_parser()
+    _apply_preset(parser, argv)
     args = parser.parse_args(join_negative_values(argv, parser.value_flags))
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning      # one plain line, not a source listing

@@ -116,3 +116,27 @@ def test_a_step_logs_lengths_right_and_wrong_and_the_truncated_share(random_mode
     assert (m["completion_length_wrong"] is None) == (m["accuracy"] == 1.0)
     if m["truncated_fraction"] == 1:                                  # nothing ended: every answer is 3 tokens
         assert m["completion_length_min"] == 3 and m["completion_length_terminated"] is None
+
+
+def test_the_sums_preset_names_only_what_differs_and_flags_beside_it_win(monkeypatch):
+    from grpo_edu import GRPOConfig
+    from grpo_edu.training.config import PRESETS
+    from grpo_edu.training.models import locate_model, sums_model_dir
+
+    config = GRPOConfig.preset("sums", seed=2)
+    assert (config.task, config.model, config.max_completion_length, config.seed) == ("sums", "bundled-sums", 42, 2)
+    assert config.max_completion_length == SUMS.max_answer_chars + 1           # the longest worked answer fits
+    assert all(getattr(GRPOConfig(), k) != v for k, v in PRESETS["sums"].items())   # nothing restated
+    assert locate_model("bundled-sums") == (str(sums_model_dir()), {"kind": "bundled"})
+    with pytest.raises(ValueError, match=r"^preset: unknown preset 'long'\. Fix: use one of sums"):
+        GRPOConfig.preset("long")
+
+    from grpo_edu import cli
+
+    parser = cli.build_parser()
+    cli._apply_preset(parser, ["train", "--preset", "sums", "--total-training-steps", "7"])
+    args = parser.parse_args(["train", "--preset", "sums", "--total-training-steps", "7"])
+    config = cli._config_from(args)
+    assert (config.task, config.model, config.total_training_steps) == ("sums", "bundled-sums", 7)
+    plain = cli._config_from(cli.build_parser().parse_args(["train"]))
+    assert plain.task == "addition" and plain.max_completion_length == 4         # no preset: the defaults

@@ -16,6 +16,16 @@ from grpo_edu.common import _checks
 
 BUNDLED_MODEL = "bundled"
 """The model name that means "the tiny model in assets/tiny-adder"."""
+BUNDLED_SUMS_MODEL = "bundled-sums"
+"""The model name that means "lesson 11's model in assets/tiny-sums", which writes its working."""
+
+PRESETS = {
+    "sums": {"model": BUNDLED_SUMS_MODEL, "task": "sums", "max_completion_length": 42,
+             "total_training_steps": 100},
+}
+"""Named starting points (``GRPOConfig.preset(name)``, ``grpo-edu train --preset NAME``): the fields that differ
+from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens hold the longest worked
+solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there."""
 
 CHOICES = {
     "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo"),
@@ -183,6 +193,13 @@ class GRPOConfig:
 
     def to_dict(self):
         return asdict(self)
+
+    @classmethod
+    def preset(cls, name, **overrides):
+        """The config of the preset ``name`` (:data:`PRESETS`), with ``overrides`` on top."""
+        if name not in PRESETS:
+            _checks.fail("preset", f"unknown preset {name!r}", f"use one of {', '.join(sorted(PRESETS))}")
+        return cls(**{**PRESETS[name], **overrides})
 
     @classmethod
     def from_dict(cls, data):

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from grpo_edu.common import _checks
-from grpo_edu.training.config import BUNDLED_MODEL
+from grpo_edu.training.config import BUNDLED_MODEL, BUNDLED_SUMS_MODEL
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"            # grpo_edu/training/ → the repository
 
@@ -147,6 +147,8 @@ def locate_model(name_or_path):
 
     if name_or_path == BUNDLED_MODEL:
         return str(bundled_model_dir()), {"kind": "bundled"}
+    if name_or_path == BUNDLED_SUMS_MODEL:
+        return str(sums_model_dir()), {"kind": "bundled"}
     path = Path(name_or_path).expanduser()
     broken = broken_link(path)
     if broken:
