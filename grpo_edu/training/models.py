@@ -35,33 +35,32 @@ PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 """Weight files in Python's pickle format, which the course never loads."""
 
 
+def _asset_model(folder, what, rebuild):
+    """``assets/<folder>``, a model the course ships; a clear error naming how to rebuild it if it is missing."""
+    path = ASSETS / folder
+    if not (path / "config.json").exists():
+        _checks.fail("model", f"{what} is missing at {path}", rebuild)
+    return path
+
+
 def bundled_model_dir():
     """Path of the bundled tiny model; a clear error if the checkout lacks it."""
-    path = ASSETS / "tiny-adder"
-    if not (path / "config.json").exists():
-        _checks.fail("model", f"the bundled model is missing at {path}",
-                     "run `grpo-edu make-model` to rebuild it, or install grpo_edu from a full checkout")
-    return path
+    return _asset_model("tiny-adder", "the bundled model",
+                        "run `grpo-edu make-model` to rebuild it, or install grpo_edu from a full checkout")
 
 
 def two_task_model_dir():
     """Path of lesson 06's model, which half knows addition *and* subtraction (``assets/tiny-two-tasks``)."""
-    path = ASSETS / "tiny-two-tasks"
-    if not (path / "config.json").exists():
-        _checks.fail("model", f"the two-task model is missing at {path}",
-                     "rebuild it with: python -m grpo_edu.training.make_model --out assets/tiny-two-tasks "
-                     "--task addition,subtraction --max-steps 2000 --stop-at 0.999 --check-every 500")
-    return path
+    return _asset_model("tiny-two-tasks", "the two-task model",
+                        "rebuild it with: python -m grpo_edu.training.make_model --out assets/tiny-two-tasks "
+                        "--task addition,subtraction --max-steps 2000 --stop-at 0.999 --check-every 500")
 
 
 def sums_model_dir():
     """Path of lesson 11's model, which writes its working (``assets/tiny-sums``, the ``sums`` task)."""
-    path = ASSETS / "tiny-sums"
-    if not (path / "config.json").exists():
-        _checks.fail("model", f"the long-answer model is missing at {path}",
-                     "rebuild it with the command in assets/README.md (python -m grpo_edu.training.make_model "
-                     "--out assets/tiny-sums --task sums …; about 4 minutes on a 2-core CPU)")
-    return path
+    return _asset_model("tiny-sums", "the long-answer model",
+                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.make_model "
+                        "--out assets/tiny-sums --task sums …; about 4 minutes on a 2-core CPU)")
 
 
 def _looks_like_path(name):
