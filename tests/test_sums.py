@@ -46,7 +46,8 @@ def test_the_splits_are_fixed_disjoint_and_span_two_to_six_terms():
     heldout, train = SUMS.split("heldout"), SUMS.split("train")
     assert len(heldout) == 500 and len(train) == 20_000
     assert not {r["prompt"] for r in heldout} & {r["prompt"] for r in train}
-    assert {len(terms_of(r["prompt"])) for r in train} == {len(terms_of(r["prompt"])) for r in heldout} == {2, 3, 4, 5, 6}
+    sizes = {split: {len(terms_of(r["prompt"])) for r in rows} for split, rows in (("train", train), ("heldout", heldout))}
+    assert sizes["train"] == sizes["heldout"] == {2, 3, 4, 5, 6}
     assert {int(t) for r in heldout for t in terms_of(r["prompt"])} == set(range(1, 10))
     assert all(str(sum(terms_of(r["prompt"]))) == r["answer"] for r in heldout[:100])
     assert SUMS.split("heldout", 3) == heldout[:3]

@@ -164,8 +164,8 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
     choice("device", device, ("cpu", "cuda"))
     choice("stop_metric", stop_metric, STOP_METRICS)
     if not 0 < stop_at < 1:
-        fail("stop_at", f"must be a held-out greedy accuracy strictly between 0 and 1, got {stop_at!r}",
-             "pass about 0.95")
+        fail("stop_at", f"must be a held-out accuracy strictly between 0 and 1, got {stop_at!r}",
+             "pass about 0.95 (greedy) or 0.4 (sampled)")
     if not 0 <= label_smoothing < 1:
         fail("label_smoothing", f"must be in [0, 1), got {label_smoothing!r}", "pass about 0.2")
     names = task.split(",")
@@ -178,9 +178,11 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
         if plain:
             fail("worked_fraction", f"task {plain[0]!r} has no written working to show",
                  "use it with a task that has (sums), or leave it at -1")
-    longest = max(len(r["prompt"]) for t in tasks for r in t.split("heldout")) + 1 + max(t.max_answer_chars for t in tasks) + 1
+    longest = max(len(r["prompt"]) + 1 + t.max_answer_chars + 1                  # <bos> prompt answer <eos>
+                  for t in tasks for r in t.split("heldout"))
     if longest > max_positions:
-        fail("max_positions", f"is {max_positions}, but a prompt with <bos>, its longest answer and <eos> need {longest}",
+        fail("max_positions", f"is {max_positions}, but a prompt with <bos>, its longest answer and <eos> need "
+             f"{longest}",
              f"pass --max-positions {longest} or more")
 
     import torch
