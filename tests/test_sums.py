@@ -141,3 +141,14 @@ def test_the_sums_preset_names_only_what_differs_and_flags_beside_it_win(monkeyp
     assert (config.task, config.model, config.total_training_steps) == ("sums", "bundled-sums", 7)
     plain = cli._config_from(cli.build_parser().parse_args(["train"]))
     assert plain.task == "addition" and plain.max_completion_length == 4         # no preset: the defaults
+
+
+def test_a_length_limit_no_answer_fits_in_is_refused_before_any_model_loads(monkeypatch):
+    from grpo_edu import GRPOConfig, GRPOTrainer
+    from grpo_edu.training import trainer
+
+    monkeypatch.setattr(trainer, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("a model was loaded"))
+    assert SUMS.min_completion_tokens == len("#2") + 1                  # 1+1: the smallest sum, "#2<eos>"
+    with pytest.raises(ValueError, match=r"^max_completion_length: is 2, but no answer to task 'sums' fits in fewer "
+                                         r"than 3 tokens .*Fix: give it at least 3; 42 holds the longest answer"):
+        GRPOTrainer(GRPOConfig.preset("sums", max_completion_length=2))

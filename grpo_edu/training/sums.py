@@ -97,6 +97,11 @@ class SumsTask:
         return {"prompt": "+".join(map(str, terms)) + "=", "answer": str(sum(terms))}
 
     @property
+    def min_completion_tokens(self) -> int:
+        """The shortest answer that can be right, in tokens: ``#`` and the smallest sum, then ``<eos>``."""
+        return len(f"#{self.min_terms * self.low}") + 1
+
+    @property
     def max_answer_chars(self) -> int:
         """The longest worked solution in characters (every term ``high``); add 1 for ``<eos>``."""
         return len(worked_solution([self.high] * self.max_terms))

@@ -93,6 +93,12 @@ class GRPOTrainer:
         self.train_rows = load_prompts(source)                         # checks every row has a prompt
         self.eval_rows = self._checked_eval_rows(eval_rows)
         self.schedule = config.schedule(len(self.train_rows))          # checks batch_size ≤ dataset size
+        shortest = getattr(self.task, "min_completion_tokens", 0)         # a task whose answers have a format
+        if config.max_completion_length < shortest:
+            _checks.fail("max_completion_length", f"is {config.max_completion_length}, but no answer to task "
+                         f"{self.task.name!r} fits in fewer than {shortest} tokens (its format, then <eos>), so every "
+                         "reward would be 0", f"give it at least {shortest}; {self.task.max_answer_chars + 1} holds "
+                         "the longest answer")
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task.reward]
         self.reward_weights = reward_weights
         self.callbacks = list(callbacks)
