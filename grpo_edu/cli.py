@@ -107,21 +107,19 @@ def _add_preset_flag(parser):
 
     parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named config (flags given with it "
                         "still win): sums = lesson 11's long answers on assets/tiny-sums")
-    parser.config_parser = True
 
 
 def _apply_preset(parser, argv):
     """``--preset NAME``: the preset's fields become the subcommand's defaults, so any flag given beside it wins."""
     from grpo_edu.training.config import PRESETS
 
-    if not argv or "--preset" not in " ".join(argv):
+    command = parser.preset_commands.get(argv[0]) if argv else None
+    if command is None:
         return
     finder = argparse.ArgumentParser(add_help=False)
     finder.add_argument("--preset")
     name = finder.parse_known_args(argv[1:])[0].preset
-    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    command = sub.choices.get(argv[0]) if sub else None
-    if name in PRESETS and command is not None and getattr(command, "config_parser", False):
+    if name in PRESETS:                                # an unknown name is left for the real parser to refuse
         command.set_defaults(**PRESETS[name])
 
 
@@ -409,6 +407,7 @@ def build_parser():
                                         "budget (grpo-edu lesson-times --help)")
     parser.value_flags = {flag for sp in sub.choices.values() for action in sp._actions
                           if action.nargs != 0 for flag in action.option_strings}
+    parser.preset_commands = {"train": train, "export": ex}          # the subcommands that take --preset
     return parser
 
 

@@ -96,7 +96,8 @@ def acquire(path, *, arg, what, fix, error=ValueError, in_process="another write
                 continue                    # released meanwhile: try again
             if not _is_stale(data, path):
                 _checks.fail(arg, f"{what} is being written by {describe_holder(data, in_process)}: its lock file "
-                             f"{path} is held", f"{fix}; if no process is using it (e.g. a machine that crashed), delete {path}",
+                             f"{path} is held",
+                             f"{fix}; if no process is using it (e.g. a machine that crashed), delete {path}",
                              error=error)
             info["took_over"] = (f"took over the stale lock {path} of process {data.get('pid')} on "
                                  f"{data.get('host')}, which is no longer running")
