@@ -41,6 +41,7 @@ checks every import in the source):
     ``word_problems``   chat-template prompts and final-number/format rewards (the GPU section)
     ``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
     ``bench``           ``grpo-edu bench``: a step's time against the bare floor and TRL
+    ``gpu_run``         the GPU run that needs no network: build, GRPO, TRL (tiny on a CPU)
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
 
 ``course/`` — the course's own machinery: what the lessons show and check

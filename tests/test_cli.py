@@ -157,11 +157,27 @@ def test_bench_prints_its_numbers(capsys, monkeypatch):
     # the floor runs in its own process, as every child does (the machinery under test); the
     # trainer's child runs in this one, which saves an interpreter start of the suite's budget
     in_a_process = bench._run_child
-    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup: (
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, **kw: (
         in_a_process(name, steps, warmup) if name == "floor" else bench.CHILDREN[name](time.time(), steps, warmup)))
     assert main(["bench", "--steps", "1", "--warmup", "0", "--rounds", "1", "--no-trl"]) == 0
     out = capsys.readouterr().out
     assert "grpo_edu" in out and "floor" in out and "s/step" in out and "start → first step" in out
+
+
+def test_bench_times_the_long_answer_workload_on_its_own_model(capsys, monkeypatch):
+    from grpo_edu.beyond import bench
+
+    def in_this_process(name, steps, warmup, workload="adder", **kw):     # as _run_child does, minus the process
+        monkeypatch.setenv("GRPO_EDU_BENCH_WORKLOAD", workload)
+        return bench.CHILDREN[name](time.time(), steps, warmup)
+    monkeypatch.setattr(bench, "_run_child", in_this_process)
+    assert main(["bench", "--workload", "sums", "--steps", "1", "--warmup", "0", "--rounds", "1", "--no-trl"]) == 0
+    out = capsys.readouterr().out
+    assert "workload sums (bundled-sums on sums): one step = 4 prompts × G=8, ≤42 new tokens" in out
+    assert re.search(r"grpo_edu step / floor step +median [\d.]+×.*goal ≤ 1.15×", out)
+    # the floor sampled the sums model's long answers: more tokens than the adder's 32 answers of ≤ 8 could hold
+    floor = in_this_process("floor", 1, 0, workload="sums")
+    assert floor["tokens_per_s"] * floor["median_step_s"] > 32 * 8
 
 
 def test_bench_replay_prints_buffer_and_step_numbers(capsys, monkeypatch):
@@ -169,7 +185,7 @@ def test_bench_replay_prints_buffer_and_step_numbers(capsys, monkeypatch):
 
     # the children run in this process: the test above already proves the subprocess machinery,
     # and three more interpreters would cost half a minute of the suite's budget
-    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup: bench.CHILDREN[name](time.time(), steps, warmup))
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, **kw: bench.CHILDREN[name](time.time(), steps, warmup))
     assert main(["bench", "--replay", "--steps", "1", "--warmup", "0", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     for storage in ("memory", "sqlite", "jsonl"):

@@ -5,6 +5,8 @@ the library, and with typical wrong ones: a bug in the reference, the inputs or 
 comparison turns one of these red.
 """
 
+import math
+
 import numpy as np
 import pytest
 
@@ -40,6 +42,7 @@ CORRECT = {
     "04.6": lambda lp, ref: np.exp(ref - lp) - (ref - lp) - 1,
     "05.6": lambda lp, mask: [sum(l for l, m in zip(row, mrow) if m) for row, mrow in zip(lp.tolist(), mask.tolist())],
     "06.5": lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m),
+    "11.4": lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k),
 }
 
 WRONG = {
@@ -54,6 +57,8 @@ WRONG = {
              lambda lp, mask: (lp * mask).mean(axis=1)],                     # a mean, not the sum
     "06.5": [lambda adv, top, m: adv > m,                                    # no top-fraction cut
              lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m, last_wins=True)],   # ties: later first
+    "11.4": [lambda n, c, k: 1 - (1 - c / n) ** k,                          # with replacement: biased low
+             lambda n, c, k: c / n],                                          # pass@1 whatever k
 }
 
 

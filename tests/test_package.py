@@ -64,6 +64,9 @@ HAND_COMPUTED = {
     "10.1": [16, 2],                               # 16·8 = 128 completions / 4 processes = 32 = 2 × 16
     "10.2": [16, 32],                              # 16 prompts; 128 completions / 4 GPUs
     "10.3": 10.64,                                 # 12 · 7,615,616,512 / 8 / 1024³ = 10.638
+    "11.1": 8.0,                                   # Â/(N·5) over Â/(N·40)
+    "11.2": 1.0,                                   # Â/(N·T_max) for both
+    "11.3": -0.6,                                  # (32 − 38)/10
 }
 
 
@@ -97,7 +100,8 @@ def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
     from grpo_edu.course.exercises import check
 
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"08.1", "08.2", "08.3", "08.4",
-                                                   "02.4", "03.4", "04.5", "04.6", "05.6", "06.5"}   # code exercises: test_exercises.py
+                                                   "02.4", "03.4", "04.5", "04.6", "05.6", "06.5",
+                                                   "11.4"}   # code exercises: test_exercises.py
     assert check("01.1", None) is False
     with pytest.raises(ValueError, match="^exercise_id: unknown exercise"):
         check("99.9", 1)

@@ -40,6 +40,25 @@ SETTINGS = dict(batch_size=4, num_generations=8, max_completion_length=8, beta=0
                 learning_rate=1e-9, loss_type="grpo", temperature=1.0, seed=0)
 """One step of every contender; the tiny learning rate keeps the work per step constant (see above)."""
 
+WORKLOADS = {
+    "adder": {"model": "bundled", "task": "addition", "settings": SETTINGS},
+    "sums": {"model": "bundled-sums", "task": "sums", "settings": dict(SETTINGS, max_completion_length=42)},
+}
+"""``--workload``: the adder (answers of ≤ 4 tokens) or lesson 11's model that writes its working
+(answers of 3–42 tokens, median about 24), where generation is most of a step."""
+
+
+def _workload():
+    """The workload this process times (its name is passed to each child in $GRPO_EDU_BENCH_WORKLOAD)."""
+    name = os.environ.get("GRPO_EDU_BENCH_WORKLOAD", "adder")
+    return WORKLOADS[name]
+
+
+def _model_dir(workload):
+    from grpo_edu.training.models import locate_model
+
+    return str(locate_model(workload["model"])[0])
+
 
 def _peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
@@ -51,12 +70,15 @@ def _report(name, t0, step_times, tokens, first_step_end):
             "peak_rss_mib": _peak_rss_mib()}
 
 
-def child_grpo_edu(t0, steps, warmup, settings=SETTINGS, name="grpo_edu"):
+def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
+    workload = _workload() if settings is None else WORKLOADS["adder"]
+    settings = settings or workload["settings"]
     total = steps + warmup
-    trainer = GRPOTrainer(GRPOConfig(**settings, total_training_steps=total, eval_size=0))
+    trainer = GRPOTrainer(GRPOConfig(**settings, model=workload["model"], task=workload["task"],
+                                     total_training_steps=total, eval_size=0))
     times, tokens, first_end = [], 0, None
     for i in range(total):
         start = time.perf_counter()
@@ -166,24 +188,25 @@ def child_floor(t0, steps, warmup):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_edu.training.models import bundled_model_dir
     from grpo_edu.training.rollout import _cache_name
     from grpo_edu.training.tasks import get_task
 
-    path = bundled_model_dir()
+    workload = _workload()
+    settings = workload["settings"]
+    path = _model_dir(workload)
     tok = AutoTokenizer.from_pretrained(path)
     policy = AutoModelForCausalLM.from_pretrained(path)
     ref = AutoModelForCausalLM.from_pretrained(path).eval().requires_grad_(False)
     # the same tiny learning rate as the others: a full update's arithmetic, constant work per step
-    opt = torch.optim.AdamW(policy.parameters(), lr=SETTINGS["learning_rate"], betas=(0.9, 0.99), foreach=True)
-    rows = get_task("addition").split("train")
+    opt = torch.optim.AdamW(policy.parameters(), lr=settings["learning_rate"], betas=(0.9, 0.99), foreach=True)
+    rows = get_task(workload["task"]).split("train")
     # the trainer's prompts, in the trainer's order (GRPOTrainer.batch_for, seed 0, epoch 1), and the
     # trainer's way of sampling below: the same model then samples (nearly) the same answers, so
     # both do the same work per step
-    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(SETTINGS["seed"] * 100_003 + 1)).tolist()
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(settings["seed"] * 100_003 + 1)).tolist()
     rows = [rows[i] for i in order]
-    G, B, max_new = SETTINGS["num_generations"], SETTINGS["batch_size"], SETTINGS["max_completion_length"]
-    gen = torch.Generator().manual_seed(SETTINGS["seed"])
+    G, B, max_new = settings["num_generations"], settings["batch_size"], settings["max_completion_length"]
+    gen = torch.Generator().manual_seed(settings["seed"])
     cache_kw = _cache_name(policy)      # "cache" (transformers ≥ 5.2x) or "past_key_values"
     times, tokens, first_end = [], 0, None
     for i in range(steps + warmup):
@@ -225,10 +248,11 @@ def child_trl(t0, steps, warmup):
     from transformers import TrainerCallback
     from trl import GRPOConfig as TRLConfig, GRPOTrainer as TRLTrainer
 
-    from grpo_edu.training.models import bundled_model_dir
     from grpo_edu.training.tasks import get_task
 
-    task = get_task("addition")
+    workload = _workload()
+    settings = workload["settings"]
+    task = get_task(workload["task"])
     times, marks = [], {"start": None, "first_end": None, "tokens": 0.0}
 
     class Timer(TrainerCallback):
@@ -244,18 +268,18 @@ def child_trl(t0, steps, warmup):
             if logs and "completions/mean_length" in logs and state.global_step > warmup:
                 marks["tokens"] += logs["completions/mean_length"] * G * B
 
-    def reward_addition(prompts, completions, answer, **kw):
+    def reward_addition(prompts, completions, answer, **kw):       # the task's own checker
         return task.reward(prompts, completions, answer)
 
-    B, G = SETTINGS["batch_size"], SETTINGS["num_generations"]
+    B, G = settings["batch_size"], settings["num_generations"]
     with tempfile.TemporaryDirectory() as tmp:
         args = TRLConfig(output_dir=tmp, per_device_train_batch_size=B * G, num_generations=G,
-                         max_completion_length=SETTINGS["max_completion_length"], beta=SETTINGS["beta"],
-                         num_iterations=1, learning_rate=SETTINGS["learning_rate"], lr_scheduler_type="constant",
-                         loss_type=SETTINGS["loss_type"], temperature=1.0, top_k=0, bf16=False, use_cpu=True,
+                         max_completion_length=settings["max_completion_length"], beta=settings["beta"],
+                         num_iterations=1, learning_rate=settings["learning_rate"], lr_scheduler_type="constant",
+                         loss_type=settings["loss_type"], temperature=1.0, top_k=0, bf16=False, use_cpu=True,
                          max_steps=steps + warmup, logging_steps=1, report_to=[], save_strategy="no",
                          seed=0, disable_tqdm=True, dataloader_num_workers=0)
-        trainer = TRLTrainer(model=str(bundled_model_dir()), reward_funcs=[reward_addition], args=args,
+        trainer = TRLTrainer(model=_model_dir(workload), reward_funcs=[reward_addition], args=args,
                              train_dataset=datasets.Dataset.from_list(task.split("train")), callbacks=[Timer()])
         trainer.train()
     return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
@@ -266,8 +290,9 @@ CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl,
 REPLAY_CHILDREN = {"no replay": "plain_step", "replay 0.3": "replay_step", "no replay, 184 rows": "plain_184"}
 
 
-def _run_child(name, steps, warmup, threads=None):
-    env = dict(os.environ, GRPO_EDU_BENCH_T0=repr(time.time()), TOKENIZERS_PARALLELISM="false")
+def _run_child(name, steps, warmup, threads=None, workload="adder"):
+    env = dict(os.environ, GRPO_EDU_BENCH_T0=repr(time.time()), TOKENIZERS_PARALLELISM="false",
+               GRPO_EDU_BENCH_WORKLOAD=workload)
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     proc = subprocess.run([sys.executable, "-m", "grpo_edu.beyond.bench", "--child", name, "--steps", str(steps),
@@ -304,6 +329,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=5,
                         help="interleaved rounds; ratios are reported as median and range over them (default 5)")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL even when installed")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="adder",
+                        help="adder: the bundled adder, ≤ 8 new tokens (default); sums: lesson 11's model that "
+                             "writes its working, ≤ 42 new tokens, where generation is most of a step")
     parser.add_argument("--json", metavar="FILE", help="also write every round's results as JSON")
     parser.add_argument("--replay", action="store_true",
                         help="time the replay buffer (add, sample at 10,000 samples) and a step at replay_ratio 0.3")
@@ -332,14 +360,16 @@ def main(argv=None):
             names.append("trl")
     except ImportError:
         print("trl is not installed: skipping the TRL comparison (pip install trl to add it)")
-    print(f"one step = {SETTINGS['batch_size']} prompts × G={SETTINGS['num_generations']}, "
-          f"≤{SETTINGS['max_completion_length']} new tokens, beta={SETTINGS['beta']}, 1 iteration, "
-          f"lr {SETTINGS['learning_rate']:g} (constant work per step); {args.steps} timed steps after "
+    settings = WORKLOADS[args.workload]["settings"]
+    print(f"workload {args.workload} ({WORKLOADS[args.workload]['model']} on {WORKLOADS[args.workload]['task']}): "
+          f"one step = {settings['batch_size']} prompts × G={settings['num_generations']}, "
+          f"≤{settings['max_completion_length']} new tokens, beta={settings['beta']}, 1 iteration, "
+          f"lr {settings['learning_rate']:g} (constant work per step); {args.steps} timed steps after "
           f"{args.warmup} warm-up, {args.rounds} interleaved rounds; torch threads: default")
     rounds = []
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]          # rotate who goes first
-        rounds.append({name: _run_child(name, args.steps, args.warmup) for name in order})
+        rounds.append({name: _run_child(name, args.steps, args.warmup, workload=args.workload) for name in order})
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
             f"{n} {rounds[-1][n]['median_step_s'] * 1000:.1f} ms/step" for n in names), flush=True)
 
@@ -353,7 +383,8 @@ def main(argv=None):
               f"{med(name, 'first_step_s'):17.2f} {med(name, 'peak_rss_mib'):13.0f}")
     print()
     print(_ratio_line("grpo_edu step / floor step", [rnd["grpo_edu"]["median_step_s"] / rnd["floor"]["median_step_s"]
-                                                     for rnd in rounds], "goal ≤ 1.2×"))
+                                                     for rnd in rounds],
+                      "goal ≤ 1.15×" if args.workload == "sums" else "goal ≤ 1.2×"))
     if "trl" in names:
         print(_ratio_line("TRL step / grpo_edu step", [rnd["trl"]["median_step_s"] / rnd["grpo_edu"]["median_step_s"]
                                                        for rnd in rounds], "goal ≥ 1.5×"))
@@ -362,7 +393,7 @@ def main(argv=None):
     print(f"start → first step (grpo_edu): median {med('grpo_edu', 'first_step_s'):.2f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"settings": SETTINGS, "rounds": rounds}, f, indent=1)
+            json.dump({"workload": args.workload, "settings": settings, "rounds": rounds}, f, indent=1)
     return 0
 
 

@@ -99,7 +99,8 @@ def to_trl(config=None, *, num_processes=1):
     put("top_p", 1.0)
     put("top_k", 0, "0 = no top-k filter: grpo_edu samples from the whole softmax")
     put("max_completion_length", c.max_completion_length)
-    put("mask_truncated_completions", False, "grpo_edu trains on cut-off answers too")
+    put("mask_truncated_completions", c.mask_truncated_completions,
+        None if c.mask_truncated_completions else "grpo_edu trains on cut-off answers too")
     put("seed", c.seed)
     put("gradient_checkpointing", c.gradient_checkpointing,
         "TRL's GRPOConfig turns it on by default: the same gradient for about a third more compute"
@@ -111,6 +112,9 @@ def to_trl(config=None, *, num_processes=1):
     if c.total_training_steps is None:
         unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
                                           "total_training_steps for an exact match"))
+    if c.entropy_coeff > 0:
+        unmatched.append(("entropy_coeff", "TRL's GRPOTrainer has no entropy bonus (verl's actor.entropy_coeff has "
+                                           "one); TRL's top_entropy_quantile trains on the most uncertain tokens only"))
     if c.replay_ratio > 0:
         unmatched.append(("replay_ratio", "TRL has no replay buffer since GRPOWithReplayBufferTrainer was removed "
                                           "(trl PR #7132); replay cannot be carried over"))
@@ -162,7 +166,9 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
     if c.loss_type == "dr_grpo":
         put("actor_rollout_ref.actor.loss_scale_factor", c.max_completion_length,
             "else verl divides by the padded response length of each batch, not max_completion_length")
-    put("actor_rollout_ref.actor.entropy_coeff", 0, "no entropy bonus in GRPO")
+    put("actor_rollout_ref.actor.entropy_coeff", c.entropy_coeff or 0,
+        "verl subtracts entropy_coeff × H, aggregated like the loss, as grpo_edu does" if c.entropy_coeff
+        else "no entropy bonus in GRPO")
     if c.max_grad_norm > 0:
         put("actor_rollout_ref.actor.grad_clip", c.max_grad_norm)
     else:
@@ -193,6 +199,10 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         unmatched.append(("scale", "verl's GRPO scales by the group σ or not at all; 'batch' has no counterpart"))
     if c.replay_ratio > 0:
         unmatched.append(("replay_ratio", "verl's GRPO has no replay buffer"))
+    if c.mask_truncated_completions:
+        unmatched.append(("mask_truncated_completions", "verl has no switch that drops cut answers from the loss; "
+                                                        "its DAPO recipe shapes their reward instead "
+                                                        "(reward_model.overlong_buffer: the soft overlong punishment)"))
     unmatched.append(("task / rewards", "verl reads prompts from parquet files (data.train_files) and scores them "
                                         "with a reward function it imports (custom_reward_function.path)"))
     overrides = [f"{k}={_verl_value(v)}" for k, v in pairs]

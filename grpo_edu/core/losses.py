@@ -27,6 +27,11 @@ sequences and T completion positions:
 
 Shapes: N sequences, T completion tokens. logprobs, old_logprobs, ref_logprobs, mask:
 (N, T); advantages: (N,).
+
+Two additions beyond the paper, both off by default. ``entropy`` with ``entropy_coeff`` > 0
+subtracts c·H_{i,t} from each token's loss, an entropy bonus (verl's ``entropy_coeff``; TRL
+has none), to slow the entropy collapse lesson 11 measures. :func:`token_push` reads the
+length bias of each ``loss_type`` off the gradient itself.
 """
 
 import torch
@@ -59,8 +64,13 @@ AGGREGATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dapo": _dapo, "dr_grpo": _dr_grpo
 
 
 def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
-                  epsilon_high, loss_type, max_completion_length, num_active_tokens):
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy=None, entropy_coeff=0.0):
     _checks.choice("loss_type", loss_type, tuple(AGGREGATIONS))
+    _checks.positive_float("entropy_coeff", entropy_coeff, allow_zero=True,
+                           fix="pass a bonus weight ≥ 0 (0 turns it off; verl's recipes use about 0.001)")
+    if entropy_coeff > 0 and entropy is None:
+        _checks.fail("entropy", f"is None but entropy_coeff = {entropy_coeff} asks for an entropy bonus",
+                     "pass the per-token entropy with its gradient (completion_logprobs(..., entropy_grad=True))")
     _checks.positive_float("epsilon", epsilon, fix="pass a clip range > 0, usually 0.2")
     if epsilon_high is not None:
         _checks.positive_float("epsilon_high", epsilon_high,
@@ -70,7 +80,8 @@ def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, 
         _checks.fail("logprobs", f"must be a (N, T) tensor, got shape {tuple(getattr(logprobs, 'shape', ()))}",
                      "pass one log-prob per completion token, sequences along dim 0")
     shape = tuple(logprobs.shape)
-    for name, x in (("old_logprobs", old_logprobs), ("mask", mask), ("ref_logprobs", ref_logprobs)):
+    for name, x in (("old_logprobs", old_logprobs), ("mask", mask), ("ref_logprobs", ref_logprobs),
+                    ("entropy", entropy)):
         if x is not None and tuple(x.shape) != shape:
             _checks.fail(name, f"shape {tuple(x.shape)} does not match logprobs shape {shape}",
                          "pass one value per completion token, (N, T) like logprobs")
@@ -90,11 +101,12 @@ def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, 
 
 def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, beta=0.0,
               epsilon=0.2, epsilon_high=None, loss_type="grpo", max_completion_length=None,
-              num_active_tokens=None):
+              num_active_tokens=None, entropy=None, entropy_coeff=0.0):
     """The clipped GRPO loss (to minimise) and an info dict; see the module doc.
 
     Per token: L = −min(r·Â, clip(r, 1 − ε, 1 + ε_high)·Â) + β·k3, r = exp(logprobs − old_logprobs).
     ``old_logprobs`` and ``ref_logprobs`` are treated as constants (no gradient flows into them).
+    With ``entropy_coeff`` > 0, L also gets −c·H per token (``entropy``, (N, T), with its gradient).
 
     ``info`` (python floats): ``clip_fraction`` (active tokens where the clip binds:
     r < 1 − ε with Â < 0, or r > 1 + ε_high with Â > 0), ``clip_low_fraction``,
@@ -103,7 +115,7 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     ``num_active_tokens``.
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
-                  epsilon_high, loss_type, max_completion_length, num_active_tokens)
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy, entropy_coeff)
     eps_low = epsilon
     eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logprobs.dtype)                                   # (N, T)
@@ -118,6 +130,8 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     if ref_logprobs is not None:
         kl = kl_estimate(logprobs, ref_logprobs.detach(), kind="k3")  # D_KL per token, (N, T)
     per_token = policy_term + beta * kl if beta > 0 else policy_term
+    if entropy_coeff > 0:
+        per_token = per_token - entropy_coeff * entropy               # − c·H_{i,t}: the entropy bonus
 
     aggregate = AGGREGATIONS[loss_type]
     opts = {"max_completion_length": max_completion_length, "num_active_tokens": num_active_tokens}
@@ -138,3 +152,26 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
             "num_active_tokens": int(mask.sum()),
         }
     return loss, info
+
+
+def token_push(advantages, mask, *, loss_type="grpo", max_completion_length=None):
+    """How hard one on-policy step pushes each token's log-prob, under ``loss_type``.
+
+    The push is −∂loss/∂log π_θ(o_{i,t}) at r = 1 and β = 0: positive raises the token,
+    negative lowers it. It is read off the gradient of :func:`grpo_loss` itself, so it is
+    exactly what the trainer's backward pass sees. For ``"grpo"`` it is Â_i / (N·|o_i|):
+    a token of a long answer is pushed less than a token of a short one with the same Â,
+    which is the length bias Dr. GRPO removes (Â_i / (N·T_max) for ``"dr_grpo"``, and
+    Â_i / (tokens in the step) for ``"dapo"``).
+
+    advantages: (N,); mask: (N, T). Returns ``(push, info)``: push (N, T), 0 off the mask;
+    ``info["per_sequence"]``: (N,) each completion's total push, Σ_t push_{i,t}.
+    """
+    mask = torch.as_tensor(mask, dtype=torch.float64)                             # (N, T)
+    advantages = torch.as_tensor(advantages, dtype=torch.float64)                 # (N,)
+    logprobs = torch.zeros_like(mask, requires_grad=True)                         # any value: r = 1 on-policy
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), advantages, mask, loss_type=loss_type,
+                        max_completion_length=max_completion_length)
+    (grad,) = torch.autograd.grad(loss, logprobs)                                 # ∂loss/∂log π, (N, T)
+    push = -grad * mask                                                           # (N, T)
+    return push, {"per_sequence": push.sum(-1)}

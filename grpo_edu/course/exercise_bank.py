@@ -308,6 +308,34 @@ def _composite(weights, completions, answer="46"):
     return reward(["12+34="] * len(completions), list(completions), answer=[answer] * len(completions))
 
 
+def _push_ratio(short, long, loss_type):
+    """How many times harder each token of a ``short``-token answer is pushed than one of a ``long`` one
+    (same Â = −1, one group of two, ``loss_type``)."""
+    from grpo_edu.core.losses import token_push
+
+    T = max(short, long)
+    mask = np.array([[1.0] * n + [0.0] * (T - n) for n in (short, long)])
+    push, _ = token_push(np.array([-1.0, -1.0]), mask, loss_type=loss_type, max_completion_length=T)
+    return float(push[0, 0] / push[1, 0])
+
+
+def _pass_at_k_ref(n, c, k):
+    from grpo_edu.training.evaluation import pass_at_k
+
+    return pass_at_k(int(n), int(c), int(k))[0]
+
+
+def _pass_at_k_input(rng):
+    n = int(rng.integers(1, 31))
+    return n, int(rng.integers(0, n + 1)), int(rng.integers(1, n + 1))
+
+
+def _overlong(length, max_completion_length=42, cache_length=10):
+    from grpo_edu.training.rewards import soft_overlong_punishment
+
+    return soft_overlong_punishment(max_completion_length, cache_length)(completion_ids=[[0] * length])[0]
+
+
 EXERCISES: dict[str, Any] = {
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
@@ -499,6 +527,22 @@ EXERCISES: dict[str, Any] = {
                      _pass_at_k,
                      "evaluate(..., num_samples=8, seed=0); the samples come 8 per prompt, in order; "
                      "count the prompts with any right sample."),
+    # lesson 11: long answers
+    "11.1": Exercise("Two wrong answers (Â = −1 each), one of 5 tokens and one of 40, under loss_type='grpo'. How "
+                     "many times harder is each token of the short one pushed down than each token of the long one?",
+                     lambda: round(_push_ratio(5, 40, "grpo"), 3),
+                     "'grpo' divides each answer's token sum by its own length |o_i|: the push per token is Â/(N·|o_i|)."),
+    "11.2": Exercise("The same two answers under loss_type='dr_grpo'. The same ratio?",
+                     lambda: round(_push_ratio(5, 40, "dr_grpo"), 3),
+                     "'dr_grpo' divides every answer by the same constant, N · max_completion_length."),
+    "11.3": Exercise("Soft overlong punishment with max_completion_length = 42 and cache_length = 10: what reward "
+                     "does an answer of 38 tokens (<eos> included) get from it?",
+                     lambda: round(_overlong(38), 4),
+                     "the ramp starts after 42 − 10 = 32 tokens and falls by 1/10 per token."),
+    "11.4": CodeExercise("Write my_pass_at_k(n, c, k): n samples of one prompt, c of them right; return the "
+                         "unbiased pass@k, the chance that k of the n drawn without replacement include a right one.",
+                         _pass_at_k_ref, _pass_at_k_input,
+                         "1 − C(n − c, k) / C(n, k), with math.comb; C(n − c, k) is 0 when k > n − c."),
 }
 
 
@@ -544,5 +588,13 @@ PREDICTIONS: dict[str, Prediction] = {
     "10.P2": Prediction("Now TRL on 2 processes, each taking half of every step's answers. Compared with one "
                         "process, its learning curve will be: 'the same within noise', 'faster' or 'slower'?",
                         choices=("the same within noise", "faster", "slower")),
+    "11.P1": Prediction("Sixteen GRPO steps on the model that writes its working. Its mean answer length is about "
+                        "24 tokens at the start. At the end it will have: 'grown by more than 2 tokens', 'stayed "
+                        "within 2 tokens' or 'shrunk by more than 2 tokens'?",
+                        choices=("grown by more than 2 tokens", "stayed within 2 tokens", "shrunk by more than 2 tokens")),
+    "11.P2": Prediction("After the run, pass@1 on held-out prompts rises. What will pass@16 (at least one of 16 "
+                        "samples right) do: 'rise by more than 3 points', 'stay within 3 points' or 'fall by more "
+                        "than 3 points'?",
+                        choices=("rise by more than 3 points", "stay within 3 points", "fall by more than 3 points")),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

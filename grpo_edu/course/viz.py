@@ -360,8 +360,13 @@ CURVES = {
     "dead_group_fraction": "dead-group fraction",
     "completion_length": "completion length (tokens)",
     "grad_norm": "gradient norm (before clipping)",
+    "accuracy": "accuracy of the step's answers",
+    "completion_length_correct": "length of right answers (tokens)",
+    "completion_length_wrong": "length of wrong answers (tokens)",
+    "truncated_fraction": "share cut at max_completion_length",
 }
-"""Metric key (a trainer history key, or "heldout_accuracy" from ``trainer.evals``) → axis label."""
+"""Metric key (a trainer history key, or "heldout_accuracy" from ``trainer.evals``) → axis label.
+A reward component's mean, ``reward/<name>`` (lesson 07), may be drawn too."""
 
 
 def _draw_metric(ax, key, history, evals, *, color, label=None, smooth=20, raw=True, faint=False):
@@ -426,7 +431,7 @@ def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, s
     names are keys of :data:`CURVES`. ``highlight``: one label drawn bold, the others faint.
     """
     metrics = list(metrics)
-    unknown = [m for m in metrics if m not in CURVES]
+    unknown = [m for m in metrics if m not in CURVES and not m.startswith("reward/")]
     if unknown:
         raise ValueError(f"metrics: unknown {unknown}. Fix: use names from viz.CURVES: {list(CURVES)}.")
     ncols = 2 if len(metrics) == 4 else min(len(metrics), 3)
@@ -441,8 +446,8 @@ def compare_runs(histories, metrics=("reward_mean", "entropy"), *, evals=None, s
             _draw_metric(ax, key, history, (evals or {}).get(label), color=color, label=label,
                          smooth=smooth, raw=False, faint=highlight is not None and label != highlight)
         ax.set_xlabel("step")
-        ax.set_ylabel(CURVES[key], fontsize=9)
-        if key in ("reward_mean", "heldout_accuracy", "dead_group_fraction"):
+        ax.set_ylabel(CURVES.get(key, f"mean {key}"), fontsize=9)
+        if key in ("reward_mean", "heldout_accuracy", "dead_group_fraction", "accuracy", "truncated_fraction"):
             ax.set_ylim(-0.02, 1.02)
     axes[0].legend(fontsize=8)
     if title:
@@ -582,4 +587,34 @@ def memory_bars(rows, ax=None):
     ax.set_xlim(0, left.max() * 1.15)
     ax.set_xlabel("GiB per GPU (activations not included)")
     ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def token_entropy(tokens, entropy, *, title=None, ax=None):
+    """Bars: the entropy H(π(·|q, o_<t)) the model had before writing each token of one answer (lesson 11).
+
+    ``tokens``: the answer's tokens as strings; ``entropy``: one number (nats) per token.
+    """
+    if len(tokens) != len(entropy):
+        raise ValueError(f"entropy: has {len(entropy)} values for {len(tokens)} tokens. Fix: pass one per token.")
+    fig, ax = _axes(ax, (min(12.0, 1.2 + 0.28 * len(tokens)), 2.6))
+    ax.bar(range(len(tokens)), entropy, color=BLUE)
+    ax.set_xticks(range(len(tokens)), tokens, fontsize=8)
+    ax.set_ylabel("entropy (nats)", fontsize=9)
+    ax.set_title(title or "How unsure the model was before each token", fontsize=10)
+    return fig
+
+
+def pass_at_k_curves(curves, ax=None):
+    """pass@k against k (log scale), one line per model: ``curves`` = {label: {k: pass@k}} (lesson 11)."""
+    fig, ax = _axes(ax, (5.0, 3.0))
+    for (label, curve), color in zip(curves.items(), (GREY, BLUE, RED, GREEN)):
+        ks = sorted(curve)
+        ax.plot(ks, [curve[k] for k in ks], "o-", color=color, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (answers sampled per prompt)")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
     return fig

@@ -84,11 +84,17 @@ class GRPOConfig:
     """ε: clip range of the ratio r (lower side, and upper side unless epsilon_high is set); 0 < ε < 1."""
     epsilon_high: float | None = None
     """ε_high: upper clip range (DAPO's clip-higher uses 0.28; below epsilon warns); None = epsilon."""
+    entropy_coeff: float = 0.0
+    """c: weight of an entropy bonus, −c·H per token in the loss (verl's ``entropy_coeff``; TRL has none). Not in
+    GRPO's paper; it slows the entropy collapse of lesson 11. 0 = off."""
     temperature: float = 1.0
     """Sampling temperature τ for rollouts (also divides the logits in the loss, as TRL does)."""
     max_completion_length: int = 4
     """Most new tokens per completion (|o| ≤ this); a completion cut here without <eos> is truncated.
     4 fits every addition answer (up to 3 digits, then <eos>)."""
+    mask_truncated_completions: bool = False
+    """Leave completions cut at max_completion_length (no <eos>) out of the loss (TRL's name; DAPO's overlong
+    filtering). They still count in their group's mean and σ. Off: a cut answer scores as wrong and is pushed down."""
     loss_type: str = "grpo"
     """How per-token losses are averaged: "grpo", "bnpo", "dapo" or "dr_grpo" (see grpo_edu.core.losses)."""
     scale: str = "group"
@@ -132,7 +138,7 @@ class GRPOConfig:
             _checks.positive_int(name, getattr(self, name), minimum=2 if name == "num_generations" else 1)
         for name in ("learning_rate", "epsilon", "temperature"):
             _checks.positive_float(name, getattr(self, name))
-        for name in ("beta", "max_grad_norm"):
+        for name in ("beta", "max_grad_norm", "entropy_coeff"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
         if self.epsilon >= 1:
             _checks.fail("epsilon", f"must be below 1, got {self.epsilon!r}: the lower clip bound 1 − ε would be ≤ 0",
@@ -143,7 +149,7 @@ class GRPOConfig:
                 warnings.warn(f"epsilon_high: {self.epsilon_high} is below epsilon {self.epsilon}, so the upper clip "
                               "is tighter than the lower one; DAPO's clip-higher uses epsilon_high > epsilon "
                               "(0.28 with 0.2)", stacklevel=3)
-        for name in ("gradient_checkpointing", "trust_remote_code"):
+        for name in ("gradient_checkpointing", "trust_remote_code", "mask_truncated_completions"):
             if not isinstance(getattr(self, name), bool):
                 _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
         for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):

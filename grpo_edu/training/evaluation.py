@@ -2,13 +2,15 @@
 
 One sampler serves everything here: ``sample_completions`` (built on the trainer's own
 ``rollout.generate``); ``evaluate``, ``success_rates`` and ``evaluate_accuracy`` check its
-answers with a task's verifier.
+answers with a task's verifier; ``pass_at_k`` turns n samples per prompt into pass@k.
 """
+
+import math
 
 import torch
 
 from grpo_edu.common._checks import fail, positive_float, positive_int
-from grpo_edu.training.rollout import generate
+from grpo_edu.training.rollout import completion_logprobs, generate, rollout_from_text
 
 
 def sample_completions(model, tokenizer, prompts: list[str], *, temperature: float = 1.0,
@@ -101,3 +103,59 @@ def evaluate_run(model, tokenizer, rows, task, config, **sampling):
     sampling.setdefault("max_new_tokens", config.max_completion_length)
     sampling.setdefault("seed", config.seed)
     return evaluate(model, tokenizer, rows, task, **sampling)
+
+
+def pass_at_k(num_samples, num_correct, k):
+    """The unbiased pass@k of one prompt from n samples of which c are right (Chen et al. 2021, eq. 1).
+
+        pass@k = 1 − C(n − c, k) / C(n, k)
+
+    the chance that k answers drawn without replacement from the n include a right one. Computing
+    1 − (1 − c/n)^k instead would be biased low for k close to n. Needs 1 ≤ k ≤ n and 0 ≤ c ≤ n.
+    Returns ``(value, info)``; ``info["misses"]`` is C(n − c, k) / C(n, k).
+    """
+    n, c = num_samples, num_correct
+    positive_int("num_samples", n)
+    positive_int("num_correct", c, minimum=0)
+    positive_int("k", k)
+    if k > n:
+        fail("k", f"is {k}, more than the {n} samples", f"draw at least k samples per prompt, or ask for k ≤ {n}")
+    if c > n:
+        fail("num_correct", f"is {c}, more than the {n} samples", "count the right answers among the n samples")
+    misses = math.comb(n - c, k) / math.comb(n, k)               # no right answer among k drawn
+    return 1.0 - misses, {"misses": misses}
+
+
+def pass_at_k_curve(correct_counts, num_samples, ks):
+    """Mean pass@k over prompts for each k in ``ks``: ``({k: value}, info)``.
+
+    ``correct_counts``: right answers per prompt, each out of ``num_samples`` (e.g. from
+    :func:`success_rates` × n). ``info["solved_by_any"]``: the share of prompts with c > 0,
+    the ceiling pass@k reaches as k → n.
+    """
+    if not correct_counts:
+        fail("correct_counts", "is empty", "pass one count per prompt")
+    curve = {k: sum(pass_at_k(num_samples, c, k)[0] for c in correct_counts) / len(correct_counts) for k in ks}
+    return curve, {"solved_by_any": sum(c > 0 for c in correct_counts) / len(correct_counts)}
+
+
+@torch.no_grad()
+def answer_entropy(model, tokenizer, prompts, answers):
+    """The model's entropy while reading *given* answers, token by token (teacher forcing).
+
+    Fixed texts make entropies comparable across models: the per-token mean over a run's own
+    samples also moves when the answers change (long worked answers have many near-certain
+    tokens), this one only when the model does. Returns ``(mean, info)``: the mean over all
+    answer tokens (``<eos>`` included), and ``info["entropy"]``, (N, T), with ``info["mask"]``.
+    """
+    if len(prompts) != len(answers) or not prompts:
+        fail("answers", f"has {len(answers)} entries for {len(prompts)} prompts", "pass one answer per prompt")
+    device = next(model.parameters()).device
+    rollout = rollout_from_text(tokenizer, list(prompts), list(answers), device=device)
+    was_training = model.training
+    model.eval()
+    _, entropy = completion_logprobs(model, rollout.input_ids, rollout.attention_mask,
+                                     rollout.completion_ids.shape[1], with_entropy=True)   # (N, T)
+    model.train(was_training)
+    mask = rollout.completion_mask
+    return float((entropy * mask).sum() / mask.sum()), {"entropy": entropy * mask, "mask": mask}

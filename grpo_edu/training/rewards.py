@@ -26,12 +26,14 @@ def _name(fn):
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def compute_rewards(reward_funcs, rows, completions, num_generations, *, weights=None):
+def compute_rewards(reward_funcs, rows, completions, num_generations, *, weights=None, completion_ids=None):
     """Sum of weighted reward functions → (B, G) float32 tensor, plus per-function means.
 
     ``rows`` are the B dataset rows ({"prompt": …, other columns}); ``completions`` the
-    N = B·G completion strings, grouped by prompt. Returns ``(rewards, info)`` with
-    ``info[f"reward/{name}"]`` the mean of each function.
+    N = B·G completion strings, grouped by prompt. ``completion_ids``: the N completions' token
+    ids (``<eos>`` included where it was sampled), passed to each function that takes a
+    ``completion_ids`` argument or ``**kwargs``, as TRL does (:func:`soft_overlong_punishment`
+    counts them). Returns ``(rewards, info)`` with ``info[f"reward/{name}"]`` the mean of each function.
     """
     B, G = len(rows), num_generations
     N = B * G
@@ -53,12 +55,25 @@ def compute_rewards(reward_funcs, rows, completions, num_generations, *, weights
     prompts = [row["prompt"] for row in rows for _ in range(G)]
     total = torch.zeros(N)
     info = {}
+    if completion_ids is not None and len(completion_ids) != N:
+        _checks.fail("completion_ids", f"has {len(completion_ids)} entries, expected B·G = {N}",
+                     "pass the token ids of every completion, in the order of completions")
     for fn, w in zip(reward_funcs, weights):
-        values = _call(fn, prompts, list(completions), columns)
+        extra = {"completion_ids": completion_ids} if completion_ids is not None and _takes(fn, "completion_ids") else {}
+        values = _call(fn, prompts, list(completions), {**columns, **extra})
         values = check_reward_output(fn, values, N)
         total += w * values
         info[f"reward/{_name(fn)}"] = float(values.mean())
     return total.view(B, G), info                      # (B, G)
+
+
+def _takes(fn, name):
+    """Whether ``fn`` accepts the keyword ``name`` (by name, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _call(fn, prompts, completions, columns):
@@ -153,6 +168,34 @@ def brevity_reward(max_length):
     def reward(prompts, completions, **kwargs):
         return [max(0.0, 1.0 - len(c.strip()) / max_length) for c in completions]
     return _named(reward, f"brevity(max_length={max_length})")
+
+
+def soft_overlong_punishment(max_completion_length, cache_length):
+    """DAPO's soft overlong punishment (arXiv:2503.14476, eq. 13) as a reward block; TRL's
+    ``get_soft_overlong_punishment``. With L_max = ``max_completion_length`` and L_cache = ``cache_length``,
+    a completion of |o| tokens (``<eos>`` included) scores
+
+        0                                  if |o| ≤ L_max − L_cache
+        ((L_max − L_cache) − |o|) / L_cache   if L_max − L_cache < |o| ≤ L_max   (a ramp from 0 to −1)
+        −1                                 if |o| > L_max
+
+    so an answer is warned as it nears the cap instead of falling off a cliff there. Add it to
+    the task's reward (weight 1); a cut answer (|o| = L_max) gets −1 on top of its 0 for being wrong.
+    """
+    _checks.positive_int("max_completion_length", max_completion_length)
+    _checks.positive_int("cache_length", cache_length)
+    if cache_length >= max_completion_length:
+        _checks.fail("cache_length", f"is {cache_length}, not below max_completion_length {max_completion_length}",
+                     "pass a soft zone shorter than the cap, e.g. a quarter of it (DAPO: 4096 of 20480)")
+    start = max_completion_length - cache_length                      # L_max − L_cache
+
+    def reward(completion_ids, **kwargs):
+        out = []
+        for ids in completion_ids:
+            n = len(ids)                                              # |o|
+            out.append(0.0 if n <= start else (start - n) / cache_length if n <= max_completion_length else -1.0)
+        return out
+    return _named(reward, f"overlong(max={max_completion_length},cache={cache_length})")
 
 
 def digit_credit(prompts, completions, answer, **kwargs):

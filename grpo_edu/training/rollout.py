@@ -180,6 +180,18 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
                    completion_mask=completion_mask, logprobs=logprobs, completions=texts, entropy=entropy)
 
 
+def finished(rollout, eos_token_id):
+    """(N,) bool: which completions ended with ``<eos>``; the others were cut at ``max_new_tokens`` (truncated)."""
+    lengths = rollout.lengths                                                    # (N,)
+    last = rollout.completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)   # (N,)
+    return (last == eos_token_id) & (lengths > 0)
+
+
+def token_lists(rollout):
+    """Each completion's token ids as a list, up to and including its ``<eos>`` (what the mask covers)."""
+    return [ids[:n].tolist() for ids, n in zip(rollout.completion_ids, rollout.lengths.tolist())]
+
+
 def length_stats(rollout, eos_token_id, correct=None):
     """How long a step's completions are, in tokens with ``<eos>``; TRL's ``completions/*`` names in brackets.
 
@@ -190,8 +202,7 @@ def length_stats(rollout, eos_token_id, correct=None):
     and wrong answers. A mean over no completions is None (not measured), never 0.
     """
     lengths = rollout.lengths                                                    # (N,)
-    last = rollout.completion_ids.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)   # (N,)
-    ended = (last == eos_token_id) & (lengths > 0)                               # (N,) finished with <eos>
+    ended = finished(rollout, eos_token_id)                                      # (N,)
 
     def mean(select):
         return float(lengths[select].float().mean()) if bool(select.any()) else None
@@ -206,13 +217,13 @@ def length_stats(rollout, eos_token_id, correct=None):
 
 
 def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens, *, temperature=1.0,
-                        with_entropy=False):
+                        with_entropy=False, entropy_grad=False):
     """log π(o_t | q, o_<t) for the last ``num_completion_tokens`` positions of each row.
 
     One forward pass over prompt + completion (teacher forcing). Logits are divided by the
     sampling temperature, as TRL does, so that the log-probs match those the sampler used.
-    Returns ``(logprobs, entropy)``: (N, T) each; ``entropy`` (no gradient) is None unless
-    ``with_entropy``.
+    Returns ``(logprobs, entropy)``: (N, T) each; ``entropy`` is None unless ``with_entropy``, and
+    has no gradient unless ``entropy_grad`` (an entropy bonus in the loss needs one).
     """
     T = num_completion_tokens
     if bool(attention_mask[:, 0].all()):
@@ -231,7 +242,7 @@ def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens,
     logprobs = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)           # (N, T)
     entropy = None
     if with_entropy:
-        with torch.no_grad():
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp_all.exp() * logp_all).sum(-1)                      # H(π(·|q, o_<t)), (N, T)
     return logprobs, entropy
 

@@ -142,6 +142,16 @@ class SumsTask:
         return [1.0 if self.is_correct(c, a) else 0.0 for c, a in zip(completions, answer)]
 
 
+def format_reward(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """1.0 for a completion in the task's format (:data:`FORMAT`), right or wrong, else 0.0.
+
+    DeepSeek-R1-Zero's format reward (arXiv:2501.12948, §2.2.2) paid for ``<think>…</think>``
+    around the reasoning; here the format is steps, ``#``, the answer. It is a rule, not a
+    model, so it cannot be fooled into paying for anything but the format.
+    """
+    return [1.0 if FORMAT.match(c.strip()) else 0.0 for c in completions]
+
+
 @functools.cache
 def _drawn_terms(task: SumsTask) -> tuple[tuple[int, ...], ...]:
     """Distinct term lists in the task's fixed order: held-out first, then train."""

@@ -66,9 +66,11 @@ from grpo_edu.training.rollout import (
     check_prompts,
     completion_logprobs,
     concat_rollouts,
+    finished,
     generate,
     length_stats,
     rollout_from_text,
+    token_lists,
 )
 from grpo_edu.training.tasks import get_task, load_prompts
 
@@ -106,7 +108,8 @@ class GRPOTrainer:
         # preflight: call every reward function once on placeholder completions, so a function
         # that returns the wrong count or NaN fails now, before a model is even loaded
         compute_rewards(self.reward_funcs, self.batch_for(1), [""] * self.schedule.completions_per_step,
-                        config.num_generations, weights=reward_weights)
+                        config.num_generations, weights=reward_weights,
+                        completion_ids=[[]] * self.schedule.completions_per_step)
         if config.output_dir:
             run_folder.check_output_dir(config.output_dir)             # a file there fails now, not at the end
         self.run_id = ckpt.new_run_id()    # marks this run's checkpoints and its replay samples
@@ -190,8 +193,9 @@ class GRPOTrainer:
         with self._rerun_if_interrupted():                                               # a failed step is not counted
             rows = self.batch_for(step)                                                  # 1. B prompts
             rollout = self._sample([row["prompt"] for row in rows])                      # 2. G completions each
-            rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions,
-                                                   c.num_generations, weights=self.reward_weights)  # 3. R, (B, G)
+            rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions, c.num_generations,
+                                                   weights=self.reward_weights,
+                                                   completion_ids=token_lists(rollout))          # 3. R, (B, G)
             advantages = group_advantages(rewards, scale=c.scale).reshape(-1)            # 4. Â, (N,)
             batch, batch_advantages = self._with_replayed(rollout, advantages)           #    + replayed rows
             ref_logprobs = self._ref_logprobs(batch)                                     # 5. log π_ref, (N', T)
@@ -319,7 +323,10 @@ class GRPOTrainer:
         c = self.config
         input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
         N, T = rollout.completion_ids.shape
-        step_tokens = rollout.completion_mask.sum()
+        train_mask = rollout.completion_mask                                          # (N, T)
+        if c.mask_truncated_completions:                                              # cut answers: no gradient
+            train_mask = train_mask * finished(rollout, self.tokenizer.eos_token_id).unsqueeze(1).to(train_mask.dtype)
+        step_tokens = train_mask.sum()
         mb = c.micro_batch_size or N
         stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0, "entropy": 0.0,
                  "grad_norm": 0.0}
@@ -327,10 +334,11 @@ class GRPOTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             for s in range(0, N, mb):
                 rows = slice(s, s + mb)
-                mask = rollout.completion_mask[rows]                                  # (mb, T)
+                mask = train_mask[rows]                                               # (mb, T)
                 with self._autocast():
                     logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
-                                                            temperature=c.temperature, with_entropy=True)
+                                                            temperature=c.temperature, with_entropy=True,
+                                                            entropy_grad=c.entropy_coeff > 0)
                 # π_θold: with one iteration the sampler *is* the current policy (ratio exactly 1)
                 old = rollout.logprobs[rows] if c.num_iterations > 1 else logprobs.detach()
                 loss, info = grpo_loss(
@@ -338,7 +346,8 @@ class GRPOTrainer:
                     ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows], beta=c.beta,
                     epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                     max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
-                    num_active_tokens=step_tokens if c.loss_type == "dapo" else None)
+                    num_active_tokens=step_tokens if c.loss_type == "dapo" else None,
+                    entropy=entropy, entropy_coeff=c.entropy_coeff)
                 weight = 1.0 if c.loss_type == "dapo" else mask.shape[0] / N
                 (loss * weight).backward()                                            # accumulate
                 token_share = info["num_active_tokens"] / max(float(step_tokens), 1.0) / c.num_iterations
@@ -346,7 +355,7 @@ class GRPOTrainer:
                 stats["clip_fraction"] += info["clip_fraction"] * token_share
                 stats["kl"] += info["kl_mean"] * token_share
                 stats["ratio_mean"] += info["ratio_mean"] * token_share
-                stats["entropy"] += float((entropy * mask).sum()) / max(float(step_tokens), 1.0) / c.num_iterations
+                stats["entropy"] += float((entropy.detach() * mask).sum()) / max(float(step_tokens), 1.0) / c.num_iterations
             if c.max_grad_norm > 0:
                 stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm,
                                                                             foreach=True))

@@ -1,0 +1,145 @@
+"""The GPU run that needs no network: ``python -m grpo_edu.beyond.gpu_run``.
+
+Lesson 10's GPU section first needed the hub (Qwen2.5-0.5B-Instruct, GSM8K), which a GPU machine
+without internet cannot reach. This run needs nothing but this package:
+
+1. **Build** a larger model that writes its working, on the GPU, with the same warm-up that made
+   ``assets/tiny-sums`` (``make_model``): 8 layers, hidden 512, about 25 M parameters, stopped
+   when its held-out sampled accuracy reaches 40 %.
+2. **Train** it with GRPO (``GRPOTrainer``, the ``sums`` preset, bf16 autocast on CUDA) and print
+   held-out accuracy before and after, completion tokens per second and peak GPU memory.
+3. **Compare** with TRL's ``GRPOTrainer`` on the same model, prompts, reward and settings
+   (``to_trl``; TRL in fp32, as the export says), when TRL is installed.
+
+Without CUDA the same code runs on the CPU at a tiny size (2 layers, hidden 32, a few steps), so
+the test command proves the whole path; its accuracies mean nothing. Nothing is downloaded either
+way (``HF_HUB_OFFLINE`` is set).
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+SIZES = {
+    "gpu": {"build": dict(hidden_size=512, num_layers=8, lr=5e-4, batch_size=256, check_every=25, max_steps=3000,
+                          stop_at=0.4, eval_samples=8),
+            "train": dict(batch_size=64, num_generations=8, total_training_steps=60, learning_rate=1e-4,
+                          eval_size=500)},
+    "tiny": {"build": dict(hidden_size=32, num_layers=2, lr=2e-3, batch_size=64, check_every=20, max_steps=20,
+                           stop_at=0.4, eval_samples=1),
+             "train": dict(batch_size=4, num_generations=4, total_training_steps=3, learning_rate=3e-4, eval_size=16)},
+}
+"""What each size builds and trains. ``gpu``: not yet run on a GPU by this project (no GPU was lent to
+it); its learning rates are the tiny-sums recipe scaled down for a 25× larger model, a first guess.
+``tiny``: the CPU stand-in the tests run."""
+
+WARM_UP = dict(task="sums", label_smoothing=0.0, max_positions=64, stop_metric="sampled", worked_fraction=0.5,
+               check_prompts=200)
+"""The tiny-sums recipe (``assets/README.md``), shared by both sizes."""
+
+
+def _peak_gib(torch, device):
+    return torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
+
+
+def run_grpo_edu(model_dir, device, size):
+    """Train ``model_dir`` with GRPOTrainer; returns the numbers the command prints."""
+    import torch
+
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    config = GRPOConfig.preset("sums", model=model_dir, device=device, **SIZES[size]["train"])
+    trainer = GRPOTrainer(config)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    before = trainer.evaluate()["accuracy"]
+    start = time.perf_counter()
+    trainer.train(progress=True)
+    seconds = time.perf_counter() - start
+    after = trainer.evals[-1]["accuracy"] if trainer.evals else trainer.evaluate()["accuracy"]
+    tokens = sum(m["completion_length"] * config.batch_size * config.num_generations for m in trainer.history)
+    step_seconds = sum(m["seconds"] for m in trainer.history)
+    return {"config": config, "before": before, "after": after, "seconds": seconds,
+            "tokens_per_s": tokens / step_seconds, "peak_gib": _peak_gib(torch, device)}
+
+
+def run_trl_side(config):
+    """The same config in TRL's GRPOTrainer (``graduation.run_trl``); None when TRL is missing."""
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        return None
+    import torch
+
+    from grpo_edu.beyond.graduation import run_trl
+
+    if config.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    log, info = run_trl(config)
+    seconds = time.perf_counter() - start
+    lengths = [row["completions/mean_length"] for row in log if "completions/mean_length" in row]
+    tokens = sum(lengths) * config.batch_size * config.num_generations
+    return {"before": info["evals"][0]["accuracy"], "after": info["evals"][-1]["accuracy"], "seconds": seconds,
+            "tokens_per_s": tokens / seconds, "peak_gib": _peak_gib(torch, config.device)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.beyond.gpu_run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
+                        help="auto: CUDA when torch sees it, else the CPU (at the tiny size)")
+    parser.add_argument("--size", choices=sorted(SIZES), default=None,
+                        help="gpu (about 25 M parameters) or tiny (the CPU stand-in); default: gpu on CUDA, tiny on CPU")
+    parser.add_argument("--no-trl", action="store_true", help="skip the TRL comparison")
+    parser.add_argument("--out", help="where to save the built model (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")              # this run never downloads
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    import torch
+
+    from grpo_edu.training.make_model import build_tiny_model
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here; use --device cpu")
+    size = args.size or ("gpu" if device == "cuda" else "tiny")
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"device: {where}; size: {size}; nothing is downloaded", flush=True)
+
+    start = time.perf_counter()
+    model_dir = args.out or os.path.join(tempfile.mkdtemp(prefix="grpo_edu_gpu_run_"), "sums-model")
+    made = build_tiny_model(model_dir, device=device, **WARM_UP, **SIZES[size]["build"])
+    params = sum(p.numel() for p in __import__("safetensors.torch", fromlist=["load_file"])
+                 .load_file(os.path.join(model_dir, "model.safetensors")).values())
+    print(f"1. built {model_dir}: {params:,} parameters, {made['warmup_steps']} warm-up steps in "
+          f"{made['wall_seconds']:.0f} s; held-out sampled accuracy {made['heldout_sampled_accuracy']:.3f}", flush=True)
+
+    ours = run_grpo_edu(model_dir, device, size)
+    c = ours["config"]
+    peak = f"{ours['peak_gib']:.2f} GiB" if ours["peak_gib"] is not None else "n/a (CPU)"
+    print(f"2. grpo_edu GRPO ({c.total_training_steps} steps, {c.batch_size} prompts × G={c.num_generations}, "
+          f"lr {c.learning_rate:g}{', bf16 autocast' if device == 'cuda' else ''}): held-out accuracy "
+          f"{ours['before']:.3f} → {ours['after']:.3f}; {ours['seconds']:.0f} s; "
+          f"{ours['tokens_per_s']:,.0f} completion tokens/s; peak GPU memory {peak}", flush=True)
+
+    if args.no_trl:
+        print("3. TRL comparison skipped (--no-trl)")
+    else:
+        theirs = run_trl_side(c)
+        if theirs is None:
+            print("3. TRL is not installed: comparison skipped (pip install -e \".[trl]\")")
+        else:
+            peak = f"{theirs['peak_gib']:.2f} GiB" if theirs["peak_gib"] is not None else "n/a (CPU)"
+            print(f"3. TRL GRPOTrainer, same settings (fp32): held-out accuracy {theirs['before']:.3f} → "
+                  f"{theirs['after']:.3f}; {theirs['seconds']:.0f} s; {theirs['tokens_per_s']:,.0f} completion "
+                  f"tokens/s; peak GPU memory {peak}")
+    print(f"total: {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
