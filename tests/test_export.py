@@ -134,9 +134,12 @@ def test_grpo_edu_export_prints_each_setting_and_its_reason(capsys):
     assert "beta=0.0\n" in out and "use_bias_correction_kl=False    # TRL's default True" in out
 
 
-@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, random_model, char_tokenizer, tmp_path):
-    """The premise of to_trl: on one fixed batch, TRL's own _compute_loss equals grpo_edu's grpo_loss."""
+@pytest.mark.parametrize("loss_type, entropy_coef", [("grpo", 0.0), ("bnpo", 0.0), ("dr_grpo", 0.0), ("dapo", 0.0),
+                                                     ("grpo", 0.05), ("dapo", 0.05)])
+def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entropy_coef, random_model, char_tokenizer,
+                                                               tmp_path):
+    """The premise of to_trl: on one fixed batch, TRL's own _compute_loss equals grpo_edu's grpo_loss
+    (with an entropy bonus too: TRL's entropy_coef)."""
     trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
     import datasets
     import torch
@@ -146,7 +149,7 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, random
     random_model.save_pretrained(tmp_path / "model")
     char_tokenizer.save_pretrained(tmp_path / "model")
     config = GRPOConfig(batch_size=2, num_generations=4, max_completion_length=5, beta=0.04, epsilon_high=0.28,
-                        loss_type=loss_type, total_training_steps=1)
+                        loss_type=loss_type, total_training_steps=1, entropy_coef=entropy_coef)
     kwargs, _ = to_trl(config)
     kwargs["use_cpu"] = True
     args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), report_to=[], logging_steps=1, **kwargs)
@@ -171,9 +174,17 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, random
               "num_items_in_batch": completion_mask.sum()}
     trainer.current_gradient_accumulation_steps = 1
     theirs = trainer._compute_loss(model, inputs)
+    entropy = None
+    if entropy_coef:                                         # our entropy, with its gradient, from our own pass
+        from grpo_edu.training.rollout import completion_logprobs
+
+        _, entropy = completion_logprobs(model, torch.cat([prompt_ids, completion_ids], 1),
+                                         torch.cat([torch.ones(8, 4, dtype=torch.long), completion_mask], 1), 5,
+                                         with_entropy=True, entropy_grad=True)
     ours, info = grpo_loss(logps, old, advantages, completion_mask, ref_logprobs=ref, beta=config.beta,
                            epsilon=config.epsilon, epsilon_high=config.epsilon_high, loss_type=loss_type,
-                           max_completion_length=config.max_completion_length)
+                           max_completion_length=config.max_completion_length, entropy=entropy,
+                           entropy_coef=entropy_coef)
     assert 0 < info["clip_fraction"] < 1
     assert abs(theirs.item() - ours.item()) < 1e-6, (theirs.item(), ours.item())
     g_theirs = torch.autograd.grad(theirs, list(model.parameters()), retain_graph=True, allow_unused=True)

@@ -44,19 +44,27 @@ def test_under_grpo_a_token_is_pushed_in_inverse_proportion_to_its_answers_lengt
     assert torch.allclose(dr[:, 0], adv / (len(lengths) * T))      # no length in it
 
 
-def test_the_entropy_bonus_subtracts_c_times_h_aggregated_like_the_loss():
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_the_entropy_bonus_subtracts_c_times_the_mean_entropy_per_token_whatever_the_loss_type(loss_type):
     logprobs = torch.zeros(2, 4, requires_grad=True)
     entropy = torch.tensor([[0.5, 0.3, 9.0, 9.0], [0.2, 0.2, 0.2, 0.2]], requires_grad=True)   # 9s: off the mask
-    plain, _ = grpo_loss(logprobs, logprobs.detach(), ADV, MASK)
-    bonus, _ = grpo_loss(logprobs, logprobs.detach(), ADV, MASK, entropy=entropy, entropy_coeff=0.1)
-    # grpo aggregation: mean over each answer's tokens, then over answers: (0.4 + 0.2) / 2 = 0.3
-    assert float((plain - bonus).detach()) == pytest.approx(0.1 * 0.3)
+    plain, _ = grpo_loss(logprobs, logprobs.detach(), ADV, MASK, loss_type=loss_type, max_completion_length=4)
+    bonus, _ = grpo_loss(logprobs, logprobs.detach(), ADV, MASK, loss_type=loss_type, max_completion_length=4,
+                         entropy=entropy, entropy_coef=0.1)
+    # TRL's entropy_coef: the mean over the 6 active tokens, (0.5 + 0.3 + 4 · 0.2) / 6
+    assert float((plain - bonus).detach()) == pytest.approx(0.1 * 1.6 / 6)
     bonus.backward()
-    assert torch.allclose(entropy.grad, torch.tensor([[-0.025, -0.025, 0.0, 0.0], [-0.0125] * 4]))
-    with pytest.raises(ValueError, match="^entropy: is None but entropy_coeff = 0.1"):
-        grpo_loss(logprobs, logprobs.detach(), ADV, MASK, entropy_coeff=0.1)
-    with pytest.raises(ValueError, match="^entropy_coeff: "):
-        grpo_loss(logprobs, logprobs.detach(), ADV, MASK, entropy=entropy, entropy_coeff=-1.0)
+    assert torch.allclose(entropy.grad, torch.tensor([[-0.1 / 6] * 2 + [0.0, 0.0], [-0.1 / 6] * 4]))
+    # split over micro-batches with the step's token count (dapo's num_active_tokens), the parts add up
+    if loss_type == "dapo":
+        parts = [grpo_loss(logprobs[i:i + 1], logprobs[i:i + 1].detach(), ADV[i:i + 1], MASK[i:i + 1],
+                           loss_type="dapo", num_active_tokens=6, entropy=entropy[i:i + 1], entropy_coef=0.1)[0]
+                 for i in range(2)]
+        assert float(sum(parts)) == pytest.approx(float(bonus))
+    with pytest.raises(ValueError, match="^entropy: is None but entropy_coef = 0.1"):
+        grpo_loss(logprobs, logprobs.detach(), ADV, MASK, entropy_coef=0.1)
+    with pytest.raises(ValueError, match="^entropy_coef: "):
+        grpo_loss(logprobs, logprobs.detach(), ADV, MASK, entropy=entropy, entropy_coef=-1.0)
 
 
 def test_pass_at_k_by_hand():
@@ -151,14 +159,14 @@ def test_the_entropy_bonus_reaches_the_loss_with_its_gradient(monkeypatch, rando
 
     calls = _captured_losses(monkeypatch)
     trainer = GRPOTrainer(GRPOConfig(batch_size=4, num_generations=4, max_completion_length=3, eval_size=0,
-                                     total_training_steps=1, entropy_coeff=0.01),
+                                     total_training_steps=1, entropy_coef=0.01),
                           model=random_model, tokenizer=char_tokenizer)
     trainer.step()
-    assert calls[0]["entropy_coeff"] == 0.01 and calls[0]["entropy"].requires_grad
+    assert calls[0]["entropy_coef"] == 0.01 and calls[0]["entropy"].requires_grad
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(entropy_coeff=-0.1), "^entropy_coeff: "),
-                                           (dict(entropy_coeff=math.nan), "^entropy_coeff: "),
+@pytest.mark.parametrize("kwargs, match", [(dict(entropy_coef=-0.1), "^entropy_coef: "),
+                                           (dict(entropy_coef=math.nan), "^entropy_coef: "),
                                            (dict(mask_truncated_completions="yes"),
                                             "^mask_truncated_completions: must be True or False")])
 def test_the_new_fields_are_checked_up_front(kwargs, match):
@@ -172,10 +180,12 @@ def test_the_new_fields_travel_to_trl_and_verl():
     from grpo_edu import GRPOConfig
     from grpo_edu.beyond.export import to_trl, to_verl
 
-    c = GRPOConfig(mask_truncated_completions=True, entropy_coeff=0.002)
+    c = GRPOConfig(mask_truncated_completions=True, entropy_coef=0.002)
     kwargs, info = to_trl(c)
-    assert kwargs["mask_truncated_completions"] is True
-    assert "entropy_coeff" in dict(info["unmatched"])
+    assert kwargs["mask_truncated_completions"] is True and kwargs["entropy_coef"] == 0.002
     overrides, info = to_verl(c)
     assert "actor_rollout_ref.actor.entropy_coeff=0.002" in overrides
+    assert "this run's bonus will differ" in info["why"]["actor_rollout_ref.actor.entropy_coeff"]   # grpo's agg
     assert "mask_truncated_completions" in dict(info["unmatched"])
+    _, info = to_verl(GRPOConfig(entropy_coef=0.002, loss_type="dapo"))
+    assert "will differ" not in info["why"]["actor_rollout_ref.actor.entropy_coeff"]

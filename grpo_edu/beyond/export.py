@@ -99,6 +99,8 @@ def to_trl(config=None, *, num_processes=1):
     put("top_p", 1.0)
     put("top_k", 0, "0 = no top-k filter: grpo_edu samples from the whole softmax")
     put("max_completion_length", c.max_completion_length)
+    if c.entropy_coef > 0:
+        put("entropy_coef", c.entropy_coef, "the same bonus: c times the mean entropy per token, whatever the loss_type")
     put("mask_truncated_completions", c.mask_truncated_completions,
         None if c.mask_truncated_completions else "grpo_edu trains on cut-off answers too")
     put("seed", c.seed)
@@ -112,9 +114,6 @@ def to_trl(config=None, *, num_processes=1):
     if c.total_training_steps is None:
         unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
                                           "total_training_steps for an exact match"))
-    if c.entropy_coeff > 0:
-        unmatched.append(("entropy_coeff", "TRL's GRPOTrainer has no entropy bonus (verl's actor.entropy_coeff has "
-                                           "one); TRL's top_entropy_quantile trains on the most uncertain tokens only"))
     if c.replay_ratio > 0:
         unmatched.append(("replay_ratio", "TRL has no replay buffer since GRPOWithReplayBufferTrainer was removed "
                                           "(trl PR #7132); replay cannot be carried over"))
@@ -166,9 +165,10 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
     if c.loss_type == "dr_grpo":
         put("actor_rollout_ref.actor.loss_scale_factor", c.max_completion_length,
             "else verl divides by the padded response length of each batch, not max_completion_length")
-    put("actor_rollout_ref.actor.entropy_coeff", c.entropy_coeff or 0,
-        "verl subtracts entropy_coeff × H, aggregated like the loss, as grpo_edu does" if c.entropy_coeff
-        else "no entropy bonus in GRPO")
+    put("actor_rollout_ref.actor.entropy_coeff", c.entropy_coef or 0,
+        ("verl aggregates the entropy like the loss (loss_agg_mode); grpo_edu and TRL take the mean per token, "
+         "the same only for token-mean" + ("" if loss_agg == "token-mean" else ": this run's bonus will differ"))
+        if c.entropy_coef else "no entropy bonus in GRPO")
     if c.max_grad_norm > 0:
         put("actor_rollout_ref.actor.grad_clip", c.max_grad_norm)
     else:

@@ -28,10 +28,11 @@ sequences and T completion positions:
 Shapes: N sequences, T completion tokens. logprobs, old_logprobs, ref_logprobs, mask:
 (N, T); advantages: (N,).
 
-Two additions beyond the paper, both off by default. ``entropy`` with ``entropy_coeff`` > 0
-subtracts c·H_{i,t} from each token's loss, an entropy bonus (verl's ``entropy_coeff``; TRL
-has none), to slow the entropy collapse lesson 11 measures. :func:`token_push` reads the
-length bias of each ``loss_type`` off the gradient itself.
+Two additions beyond the paper. ``entropy`` with ``entropy_coef`` = c > 0 subtracts c times the
+mean per-token entropy, an entropy bonus, to slow the entropy collapse lesson 11 measures. As in
+TRL's ``entropy_coef``, the mean is over tokens whatever the ``loss_type`` (verl's ``entropy_coeff``
+aggregates it like the loss instead). :func:`token_push` reads the length bias of each
+``loss_type`` off the gradient itself.
 """
 
 import torch
@@ -64,12 +65,12 @@ AGGREGATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dapo": _dapo, "dr_grpo": _dr_grpo
 
 
 def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
-                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy=None, entropy_coeff=0.0):
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy=None, entropy_coef=0.0):
     _checks.choice("loss_type", loss_type, tuple(AGGREGATIONS))
-    _checks.positive_float("entropy_coeff", entropy_coeff, allow_zero=True,
-                           fix="pass a bonus weight ≥ 0 (0 turns it off; verl's recipes use about 0.001)")
-    if entropy_coeff > 0 and entropy is None:
-        _checks.fail("entropy", f"is None but entropy_coeff = {entropy_coeff} asks for an entropy bonus",
+    _checks.positive_float("entropy_coef", entropy_coef, allow_zero=True,
+                           fix="pass a bonus weight ≥ 0 (0 turns it off, as in TRL)")
+    if entropy_coef > 0 and entropy is None:
+        _checks.fail("entropy", f"is None but entropy_coef = {entropy_coef} asks for an entropy bonus",
                      "pass the per-token entropy with its gradient (completion_logprobs(..., entropy_grad=True))")
     _checks.positive_float("epsilon", epsilon, fix="pass a clip range > 0, usually 0.2")
     if epsilon_high is not None:
@@ -101,12 +102,14 @@ def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, 
 
 def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, beta=0.0,
               epsilon=0.2, epsilon_high=None, loss_type="grpo", max_completion_length=None,
-              num_active_tokens=None, entropy=None, entropy_coeff=0.0):
+              num_active_tokens=None, entropy=None, entropy_coef=0.0):
     """The clipped GRPO loss (to minimise) and an info dict; see the module doc.
 
     Per token: L = −min(r·Â, clip(r, 1 − ε, 1 + ε_high)·Â) + β·k3, r = exp(logprobs − old_logprobs).
     ``old_logprobs`` and ``ref_logprobs`` are treated as constants (no gradient flows into them).
-    With ``entropy_coeff`` > 0, L also gets −c·H per token (``entropy``, (N, T), with its gradient).
+    With ``entropy_coef`` = c > 0 the loss also gets −c·H̄, H̄ the mean of ``entropy`` ((N, T), with its
+    gradient) over the active tokens, or Σ H / ``num_active_tokens`` when that is given (a step split
+    into micro-batches then adds up to the step's mean).
 
     ``info`` (python floats): ``clip_fraction`` (active tokens where the clip binds:
     r < 1 − ε with Â < 0, or r > 1 + ε_high with Â > 0), ``clip_low_fraction``,
@@ -115,7 +118,7 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     ``num_active_tokens``.
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
-                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy, entropy_coeff)
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy, entropy_coef)
     eps_low = epsilon
     eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logprobs.dtype)                                   # (N, T)
@@ -130,12 +133,12 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     if ref_logprobs is not None:
         kl = kl_estimate(logprobs, ref_logprobs.detach(), kind="k3")  # D_KL per token, (N, T)
     per_token = policy_term + beta * kl if beta > 0 else policy_term
-    if entropy_coeff > 0:
-        per_token = per_token - entropy_coeff * entropy               # − c·H_{i,t}: the entropy bonus
 
     aggregate = AGGREGATIONS[loss_type]
     opts = {"max_completion_length": max_completion_length, "num_active_tokens": num_active_tokens}
     loss = aggregate(per_token, mask, **opts)
+    if entropy_coef > 0:                                             # − c·H̄: the entropy bonus (TRL's entropy_coef)
+        loss = loss - entropy_coef * _dapo(entropy, mask, num_active_tokens)
 
     with torch.no_grad():
         active = mask.sum().clamp(min=1)

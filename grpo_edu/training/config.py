@@ -84,9 +84,10 @@ class GRPOConfig:
     """ε: clip range of the ratio r (lower side, and upper side unless epsilon_high is set); 0 < ε < 1."""
     epsilon_high: float | None = None
     """ε_high: upper clip range (DAPO's clip-higher uses 0.28; below epsilon warns); None = epsilon."""
-    entropy_coeff: float = 0.0
-    """c: weight of an entropy bonus, −c·H per token in the loss (verl's ``entropy_coeff``; TRL has none). Not in
-    GRPO's paper; it slows the entropy collapse of lesson 11. 0 = off."""
+    entropy_coef: float = 0.0
+    """c: weight of an entropy bonus, −c·(mean entropy per token) in the loss (TRL's ``entropy_coef``; verl's
+    ``entropy_coeff`` aggregates it like the loss). Not in GRPO's paper; it slows the entropy collapse of lesson 11.
+    0 = off."""
     temperature: float = 1.0
     """Sampling temperature τ for rollouts (also divides the logits in the loss, as TRL does)."""
     max_completion_length: int = 4
@@ -138,7 +139,7 @@ class GRPOConfig:
             _checks.positive_int(name, getattr(self, name), minimum=2 if name == "num_generations" else 1)
         for name in ("learning_rate", "epsilon", "temperature"):
             _checks.positive_float(name, getattr(self, name))
-        for name in ("beta", "max_grad_norm", "entropy_coeff"):
+        for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
         if self.epsilon >= 1:
             _checks.fail("epsilon", f"must be below 1, got {self.epsilon!r}: the lower clip bound 1 − ε would be ≤ 0",

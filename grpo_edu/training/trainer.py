@@ -338,7 +338,7 @@ class GRPOTrainer:
                 with self._autocast():
                     logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
                                                             temperature=c.temperature, with_entropy=True,
-                                                            entropy_grad=c.entropy_coeff > 0)
+                                                            entropy_grad=c.entropy_coef > 0)
                 # π_θold: with one iteration the sampler *is* the current policy (ratio exactly 1)
                 old = rollout.logprobs[rows] if c.num_iterations > 1 else logprobs.detach()
                 loss, info = grpo_loss(
@@ -347,7 +347,7 @@ class GRPOTrainer:
                     epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                     max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
                     num_active_tokens=step_tokens if c.loss_type == "dapo" else None,
-                    entropy=entropy, entropy_coeff=c.entropy_coeff)
+                    entropy=entropy, entropy_coef=c.entropy_coef)
                 weight = 1.0 if c.loss_type == "dapo" else mask.shape[0] / N
                 (loss * weight).backward()                                            # accumulate
                 token_share = info["num_active_tokens"] / max(float(step_tokens), 1.0) / c.num_iterations
