@@ -11,7 +11,13 @@ from grpo_edu.training.config import GRPOConfig
 CONFIGS = [GRPOConfig(), GRPOConfig(batch_size=4, num_generations=16, micro_batch_size=8, num_iterations=2),
            GRPOConfig(loss_type="dr_grpo", scale="none", beta=0.0, epsilon_high=0.28, lr_scheduler_type="constant"),
            GRPOConfig(loss_type="dapo", temperature=0.7, max_completion_length=256, total_training_steps=10,
-                      gradient_checkpointing=True)]
+                      gradient_checkpointing=True),
+           # the variants (lesson 12): GSPO, CISPO, SAPO, an entropy bonus, DAPO in full, RLOO
+           GRPOConfig(importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4),
+           GRPOConfig(loss_type="cispo", epsilon_high=5.0, entropy_coef=0.01),
+           GRPOConfig(loss_type="sapo", sapo_temperature_neg=1.2),
+           GRPOConfig(loss_type="dapo", epsilon_high=0.28, mask_truncated_completions=True, dynamic_sampling=True),
+           GRPOConfig(advantage_estimator="rloo")]
 
 
 def test_the_default_step_in_trl_terms():
@@ -134,12 +140,21 @@ def test_grpo_edu_export_prints_each_setting_and_its_reason(capsys):
     assert "beta=0.0\n" in out and "use_bias_correction_kl=False    # TRL's default True" in out
 
 
-@pytest.mark.parametrize("loss_type, entropy_coef", [("grpo", 0.0), ("bnpo", 0.0), ("dr_grpo", 0.0), ("dapo", 0.0),
-                                                     ("grpo", 0.05), ("dapo", 0.05)])
-def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entropy_coef, random_model, char_tokenizer,
-                                                               tmp_path):
+VARIANTS = [("grpo", 0.0, {}), ("bnpo", 0.0, {}), ("dr_grpo", 0.0, {}), ("dapo", 0.0, {}),
+            ("grpo", 0.05, {}), ("dapo", 0.05, {}),                                       # TRL's entropy_coef
+            ("grpo", 0.0, {"importance_sampling_level": "sequence", "epsilon": 0.003, "epsilon_high": 0.004}),  # GSPO
+            ("dapo", 0.0, {"importance_sampling_level": "sequence", "epsilon": 0.003, "epsilon_high": 0.004}),
+            ("cispo", 0.0, {"epsilon_high": 1.2}),                                        # a cap that binds here
+            ("sapo", 0.0, {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}),
+            ("dapo", 0.0, {"importance_sampling_correction": True})]                      # truncated IS weights
+
+
+@pytest.mark.parametrize("loss_type, entropy_coef, variant", VARIANTS,
+                         ids=[f"{t}-{c}-{'-'.join(map(str, v.values()))}" for t, c, v in VARIANTS])
+def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entropy_coef, variant, random_model,
+                                                               char_tokenizer, tmp_path):
     """The premise of to_trl: on one fixed batch, TRL's own _compute_loss equals grpo_edu's grpo_loss
-    (with an entropy bonus too: TRL's entropy_coef)."""
+    (with an entropy bonus too: TRL's entropy_coef; and GSPO, CISPO and SAPO)."""
     trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
     import datasets
     import torch
@@ -148,8 +163,9 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entrop
 
     random_model.save_pretrained(tmp_path / "model")
     char_tokenizer.save_pretrained(tmp_path / "model")
-    config = GRPOConfig(batch_size=2, num_generations=4, max_completion_length=5, beta=0.04, epsilon_high=0.28,
-                        loss_type=loss_type, total_training_steps=1, entropy_coef=entropy_coef)
+    config = GRPOConfig(**{**dict(batch_size=2, num_generations=4, max_completion_length=5, beta=0.04,
+                                  epsilon_high=0.28, loss_type=loss_type, total_training_steps=1,
+                                  entropy_coef=entropy_coef), **variant})
     kwargs, _ = to_trl(config)
     kwargs["use_cpu"] = True
     args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), report_to=[], logging_steps=1, **kwargs)
@@ -173,6 +189,11 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entrop
               "old_per_token_logps": old, "ref_per_token_logps": ref,
               "num_items_in_batch": completion_mask.sum()}
     trainer.current_gradient_accumulation_steps = 1
+    weights = None
+    if config.importance_sampling_correction:       # TRL applies them to a vLLM sampler's answers only
+        weights = (0.3 * torch.randn(8, 5)).exp().clamp(max=config.importance_sampling_cap)
+        trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+        inputs["importance_sampling_ratio"] = weights
     theirs = trainer._compute_loss(model, inputs)
     entropy = None
     if entropy_coef:                                         # our entropy, with its gradient, from our own pass
@@ -184,8 +205,10 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entrop
     ours, info = grpo_loss(logps, old, advantages, completion_mask, ref_logprobs=ref, beta=config.beta,
                            epsilon=config.epsilon, epsilon_high=config.epsilon_high, loss_type=loss_type,
                            max_completion_length=config.max_completion_length, entropy=entropy,
-                           entropy_coef=entropy_coef)
-    assert 0 < info["clip_fraction"] < 1
+                           entropy_coef=entropy_coef, importance_sampling_level=config.importance_sampling_level,
+                           sapo_temperature_pos=config.sapo_temperature_pos,
+                           sapo_temperature_neg=config.sapo_temperature_neg, sampler_weights=weights)
+    assert 0 < info["clip_fraction"] < 1 or loss_type == "sapo"          # SAPO has a soft gate, no clip
     assert abs(theirs.item() - ours.item()) < 1e-6, (theirs.item(), ours.item())
     g_theirs = torch.autograd.grad(theirs, list(model.parameters()), retain_graph=True, allow_unused=True)
     g_ours = torch.autograd.grad(ours, list(model.parameters()), allow_unused=True)

@@ -34,6 +34,8 @@ VERL_LOSS_AGG = {
     "bnpo": ("token-mean", "a mean over the batch's tokens; verl's is over the whole mini-batch, as TRL's bnpo is "
                            "only when one process takes the step in one micro-batch"),
     "dr_grpo": ("seq-mean-token-sum-norm", "token sums divided by answers × max_completion_length"),
+    "cispo": ("token-mean", "one mean over every token of the batch, as TRL's cispo"),
+    "sapo": ("seq-mean-token-mean", "the mean over each answer's tokens, then over answers (verl's sapo uses it always)"),
 }
 """grpo_edu loss_type → verl ``actor.loss_agg_mode`` and what the two compute."""
 
@@ -92,6 +94,11 @@ def to_trl(config=None, *, num_processes=1):
         "TRL's default True multiplies the KL term by the ratio, which changes its gradient; grpo_edu adds the plain k3")
     put("epsilon", c.epsilon)
     put("epsilon_high", c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    if c.importance_sampling_level != "token":
+        put("importance_sampling_level", c.importance_sampling_level, "GSPO: one ratio per answer")
+    if c.loss_type == "sapo":
+        put("sapo_temperature_pos", c.sapo_temperature_pos)
+        put("sapo_temperature_neg", c.sapo_temperature_neg)
     put("loss_type", c.loss_type, "TRL's default is 'dapo'; grpo_edu's is the paper's 'grpo'"
         if c.loss_type != "dapo" else None)
     put("scale_rewards", c.scale, "grpo_edu calls it scale")
@@ -111,6 +118,19 @@ def to_trl(config=None, *, num_processes=1):
     if c.device == "cpu":
         put("use_cpu", True, "device='cpu'")
     unmatched = []
+    if c.importance_sampling_correction or c.sampling_dtype != "float32":
+        unmatched.append(("importance_sampling_correction / sampling_dtype",
+                          "TRL corrects a vLLM sampler only (use_vllm=True): vllm_importance_sampling_correction="
+                          f"{c.importance_sampling_correction}, vllm_importance_sampling_mode='token_truncate', "
+                          f"vllm_importance_sampling_clip_max={c.importance_sampling_cap}"))
+    if c.dynamic_sampling:
+        unmatched.append(("dynamic_sampling", "TRL's GRPOTrainer does not resample dead groups (verl's "
+                                              "algorithm.filter_groups does)"))
+    if c.advantage_estimator != "grpo":
+        unmatched.append(("advantage_estimator", f"TRL's GRPOTrainer has only the group baseline; "
+                                                 f"{c.advantage_estimator!r} is verl's algorithm.adv_estimator"
+                                                 + (" (TRL has a separate RLOOTrainer)" if c.advantage_estimator == "rloo"
+                                                    else "")))
     if c.total_training_steps is None:
         unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
                                           "total_training_steps for an exact match"))
@@ -138,9 +158,14 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         if reason:
             why[key] = reason
 
-    put("algorithm.adv_estimator", "grpo", "verl's default estimator is gae (PPO with a critic)")
+    put("algorithm.adv_estimator", c.advantage_estimator, "verl's default estimator is gae (PPO with a critic)")
     put("algorithm.norm_adv_by_std_in_grpo", c.scale == "group",
         "True divides by the group σ (scale='group'); False is Dr. GRPO's no scaling")
+    if c.dynamic_sampling:
+        put("algorithm.filter_groups.enable", True, "DAPO's dynamic sampling: resample groups whose rewards are all equal")
+        put("algorithm.filter_groups.metric", "reward", "the summed reward before any KL penalty, as grpo_edu's σ")
+        put("algorithm.filter_groups.max_num_gen_batches", c.max_sampling_rounds,
+            "verl stops with an error at the cap; grpo_edu trains on the live groups it found")
     put("algorithm.use_kl_in_reward", False, "the KL is a loss term (as in GRPO), not a reward penalty")
     put("data.train_batch_size", c.batch_size, "verl counts prompts, not completions")
     put("actor_rollout_ref.rollout.n", c.num_generations, "G is verl's rollout.n")
@@ -157,8 +182,22 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
     put("actor_rollout_ref.actor.kl_loss_coef", c.beta, "β (verl's default is 0.001)")
     put("actor_rollout_ref.actor.kl_loss_type", "low_var_kl",
         "k3, the same estimator; verl clamps it to [-10, 10] (grpo_edu does not clamp)")
-    put("actor_rollout_ref.actor.clip_ratio_low", c.epsilon)
-    put("actor_rollout_ref.actor.clip_ratio_high", c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    if c.loss_type == "cispo":      # verl clamps r to [1 − low, 1 + high]; TRL and grpo_edu only cap it at ε_max
+        put("actor_rollout_ref.actor.clip_ratio_low", 1.0, "a lower bound of 0: CISPO caps the weight from above only")
+        put("actor_rollout_ref.actor.clip_ratio_high", c.epsilon_high - 1,
+            f"verl caps r at 1 + clip_ratio_high; grpo_edu and TRL at epsilon_high = {c.epsilon_high} itself")
+    else:
+        put("actor_rollout_ref.actor.clip_ratio_low", c.epsilon)
+        put("actor_rollout_ref.actor.clip_ratio_high", c.epsilon_high if c.epsilon_high is not None else c.epsilon)
+    mode = "gspo" if c.importance_sampling_level == "sequence" else {"cispo": "cispo", "sapo": "sapo"}.get(c.loss_type)
+    if mode:
+        put("actor_rollout_ref.actor.policy_loss.loss_mode", mode, "verl's policy loss of the same name")
+        if c.importance_sampling_level == "sequence" and c.loss_type in ("cispo", "sapo"):
+            unmatched.append(("importance_sampling_level", f"verl has no sequence-level {c.loss_type}; its gspo "
+                                                           "loss is the clipped one"))
+    if c.loss_type == "sapo":
+        put("actor_rollout_ref.actor.tau_pos", c.sapo_temperature_pos)
+        put("actor_rollout_ref.actor.tau_neg", c.sapo_temperature_neg)
     put("actor_rollout_ref.actor.clip_ratio_c", 1e9,
         "verl's dual clip bounds negative-advantage terms at c × |Â| (c = 3); a huge c turns it off, as in grpo_edu")
     put("actor_rollout_ref.actor.loss_agg_mode", loss_agg, f"loss_type {c.loss_type!r}: {agg_meaning}")
@@ -199,6 +238,10 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         unmatched.append(("scale", "verl's GRPO scales by the group σ or not at all; 'batch' has no counterpart"))
     if c.replay_ratio > 0:
         unmatched.append(("replay_ratio", "verl's GRPO has no replay buffer"))
+    if c.importance_sampling_correction or c.sampling_dtype != "float32":
+        unmatched.append(("importance_sampling_correction / sampling_dtype",
+                          "verl's algorithm.rollout_correction corrects a vLLM/SGLang sampler (token-level truncated "
+                          f"IS with a cap of {c.importance_sampling_cap} is its 'tis' preset)"))
     if c.mask_truncated_completions:
         unmatched.append(("mask_truncated_completions", "verl has no switch that drops cut answers from the loss; "
                                                         "its DAPO recipe shapes their reward instead "

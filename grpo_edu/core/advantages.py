@@ -160,3 +160,61 @@ def dead_group_probability(p, num_generations, *, batch_size=1):
     group = p_arr ** num_generations + (1 - p_arr) ** num_generations    # P(one group dead)
     out = group ** batch_size                                            # all B groups dead
     return float(out) if out.ndim == 0 else out
+
+
+# --- other baselines: RLOO and REINFORCE++ (verl's algorithm.adv_estimator) ----------------------
+
+def rloo_advantages(rewards):
+    """RLOO's leave-one-out baseline (Ahmadian et al. 2024; verl's ``adv_estimator=rloo``), (B, G):
+
+        Â_i = R_i − (1/(G − 1)) Σ_{j≠i} R_j  =  G/(G − 1) · (R_i − μ_group)
+
+    Each answer is compared with the *other* G − 1, so its own reward does not lower its own
+    baseline; no division by σ. A constant group gives exactly 0.
+    """
+    array, back = _as_rewards(rewards)
+    G = array.shape[1]
+    others = (array.sum(axis=1, keepdims=True) - array) / (G - 1)     # mean of the other G − 1, (B, G)
+    adv = array - others
+    adv[_constant_rows(array)] = 0.0
+    return back(adv)
+
+
+def reinforce_pp_advantages(rewards, lengths=None, *, eps=1e-8):
+    """REINFORCE++ with a group baseline (Hu 2025; verl's ``adv_estimator=reinforce_plus_plus_baseline``), (B, G):
+
+        c_i = R_i − μ_group,   Â_i = (c_i − mean(c)) / sqrt(var(c) + eps)
+
+    the group-centred rewards whitened over the whole *batch* (not per group), so a group of
+    nearly equal rewards is not blown up by its tiny σ. verl whitens over tokens, so a long
+    answer weighs more in mean(c) and var(c): pass ``lengths`` ((B, G) token counts) to match
+    it; without them every answer weighs 1. var is unbiased over the weights' total, as verl's.
+    """
+    array, back = _as_rewards(rewards)
+    centred = array - array.mean(axis=1, keepdims=True)               # c_i, (B, G)
+    centred[_constant_rows(array)] = 0.0
+    w = np.ones_like(array) if lengths is None else np.asarray(lengths, dtype=np.float64).reshape(array.shape)
+    if (w <= 0).any():
+        _checks.fail("lengths", "holds a count ≤ 0", "pass each answer's number of tokens (≥ 1)")
+    total = w.sum()
+    if total <= 1:
+        _checks.fail("rewards", "hold a single token's worth of answers", "whiten over at least two")
+    mean = (w * centred).sum() / total                                # token-weighted mean(c)
+    var = (w * (centred - mean) ** 2).sum() / total * total / (total - 1)   # unbiased, as verl's masked_var
+    return back((centred - mean) / np.sqrt(var + eps))
+
+
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+"""``advantage_estimator`` options, verl's names: GRPO's group-normalised Â (:func:`group_advantages`),
+RLOO's leave-one-out baseline, REINFORCE++'s batch-whitened group baseline."""
+
+
+def estimate_advantages(rewards, *, estimator="grpo", scale="group", lengths=None):
+    """Â for (B, G) rewards by ``estimator`` (:data:`ESTIMATORS`); ``scale`` applies to "grpo" only,
+    ``lengths`` to "reinforce_plus_plus_baseline" only. Returns (B, G)."""
+    _checks.choice("estimator", estimator, ESTIMATORS)
+    if estimator == "grpo":
+        return group_advantages(rewards, scale=scale)
+    if estimator == "rloo":
+        return rloo_advantages(rewards)
+    return reinforce_pp_advantages(rewards, lengths)

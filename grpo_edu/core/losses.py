@@ -61,12 +61,53 @@ def _dr_grpo(per_token, mask, max_completion_length=None, **_):
 
 
 AGGREGATIONS = {"grpo": _grpo, "bnpo": _bnpo, "dapo": _dapo, "dr_grpo": _dr_grpo}
-"""loss_type → function(per_token_loss, mask, ...) → scalar. One small function each."""
+"""How per-token losses become one number: function(per_token_loss, mask, ...) → scalar, one small function each."""
+
+
+# --- the policy term per token: −(what the update maximises), given the ratio r and Â -----------------
+
+def _clipped(ratio, adv, logprobs, *, eps_low, eps_high, **_):
+    # PPO / GRPO: −min(r·Â, clip(r, 1−ε, 1+ε_high)·Â)
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high)
+    return -(ratio * adv).minimum(clipped * adv)
+
+
+def _cispo(ratio, adv, logprobs, *, eps_high, **_):
+    # CISPO (MiniMax-M1, arXiv:2506.13585): −sg(min(r, ε_max))·Â·log π_θ. The weight is clipped, never the
+    # gradient: every token keeps a gradient, however far its ratio has moved (TRL's ε_high is ε_max itself)
+    weight = ratio.clamp(max=eps_high).detach()
+    return -weight * adv * logprobs
+
+
+def _sapo(ratio, adv, logprobs, *, tau_pos, tau_neg, **_):
+    # SAPO (arXiv:2511.20347): a soft gate instead of the clip, −σ(τ(r − 1))·(4/τ)·Â, τ by the sign of Â
+    tau = torch.where(adv > 0, torch.as_tensor(tau_pos, dtype=ratio.dtype), torch.as_tensor(tau_neg, dtype=ratio.dtype))
+    return -torch.sigmoid(tau * (ratio - 1)) * (4 / tau) * adv
+
+
+LOSS_TYPES = {**{name: (_clipped, aggregate) for name, aggregate in AGGREGATIONS.items()},
+              "cispo": (_cispo, _dapo), "sapo": (_sapo, _grpo)}
+"""loss_type → (the per-token policy term, its aggregation). CISPO averages over the step's tokens as DAPO
+does, SAPO over each answer's tokens as GRPO does (TRL and verl agree on both). At r = 1 (one update per
+batch, μ = 1) the three terms have the same gradient, −Â·∇log π: the variants differ only once the policy
+has moved away from the sampler."""
+
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+"""``"token"``: one ratio per token (GRPO). ``"sequence"``: GSPO (arXiv:2507.18071), one ratio per answer,
+exp of the mean of its tokens' log-ratios, clipped as a whole (TRL's ``importance_sampling_level``)."""
+
+TOKEN_COUNT_TYPES = ("dapo", "cispo")
+"""Loss types normalised by the step's token count (``num_active_tokens`` under gradient accumulation)."""
 
 
 def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
-                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy=None, entropy_coef=0.0):
-    _checks.choice("loss_type", loss_type, tuple(AGGREGATIONS))
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy=None, entropy_coef=0.0,
+                  importance_sampling_level="token", sapo_temperatures=(1.0, 1.05)):
+    _checks.choice("loss_type", loss_type, tuple(LOSS_TYPES))
+    _checks.choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+    check_cispo_cap(loss_type, epsilon_high)
+    for name, tau in zip(("sapo_temperature_pos", "sapo_temperature_neg"), sapo_temperatures):
+        _checks.positive_float(name, tau, fix="pass a gate temperature > 0 (TRL: 1.0 for Â > 0, 1.05 for Â ≤ 0)")
     _checks.positive_float("entropy_coef", entropy_coef, allow_zero=True,
                            fix="pass a bonus weight ≥ 0 (0 turns it off, as in TRL)")
     if entropy_coef > 0 and entropy is None:
@@ -95,17 +136,31 @@ def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, 
     if max_completion_length is not None:
         _checks.positive_int("max_completion_length", max_completion_length, minimum=shape[1],
                              fix=f"pass the generation limit, at least the {shape[1]} positions given")
-    if num_active_tokens is not None and loss_type != "dapo":
-        _checks.fail("num_active_tokens", f"only applies to loss_type='dapo', not {loss_type!r}",
+    if num_active_tokens is not None and loss_type not in TOKEN_COUNT_TYPES:
+        _checks.fail("num_active_tokens", f"only applies to loss_type 'dapo' or 'cispo', not {loss_type!r}",
                      "drop it, or use loss_type='dapo'")
+
+
+def check_cispo_cap(loss_type, epsilon_high):
+    """CISPO caps the weight r at ε_high itself (ε_max, ScaleRL's 5.0), not at 1 + ε: it needs one ≥ 1."""
+    if loss_type == "cispo" and (epsilon_high is None or epsilon_high < 1):
+        _checks.fail("epsilon_high", f"is {epsilon_high!r}, but loss_type='cispo' caps the weight r at epsilon_high "
+                     "itself, so below 1 it would shrink even on-policy tokens (r = 1)",
+                     "pass epsilon_high=5.0 with loss_type='cispo' (ScaleRL's ε_max, TRL's advice)")
 
 
 def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, beta=0.0,
               epsilon=0.2, epsilon_high=None, loss_type="grpo", max_completion_length=None,
-              num_active_tokens=None, entropy=None, entropy_coef=0.0):
+              num_active_tokens=None, entropy=None, entropy_coef=0.0, importance_sampling_level="token",
+              sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, sampler_weights=None):
     """The clipped GRPO loss (to minimise) and an info dict; see the module doc.
 
     Per token: L = −min(r·Â, clip(r, 1 − ε, 1 + ε_high)·Â) + β·k3, r = exp(logprobs − old_logprobs).
+    ``loss_type`` "cispo" and "sapo" swap the policy term (:data:`LOSS_TYPES`);
+    ``importance_sampling_level="sequence"`` makes r one number per answer (GSPO).
+    ``sampler_weights`` ((N, T), no gradient): truncated importance-sampling weights
+    min(π_θold / π_sampler, C) for a sampler that is not the trainer (lower precision, vLLM); they
+    multiply the policy term, not the KL, as TRL's ``vllm_importance_sampling_correction`` does.
     ``old_logprobs`` and ``ref_logprobs`` are treated as constants (no gradient flows into them).
     With ``entropy_coef`` = c > 0 the loss also gets −c·H̄, H̄ the mean of ``entropy`` ((N, T), with its
     gradient) over the active tokens, or Σ H / ``num_active_tokens`` when that is given (a step split
@@ -118,23 +173,30 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     ``num_active_tokens``.
     """
     _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, epsilon,
-                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy, entropy_coef)
+                  epsilon_high, loss_type, max_completion_length, num_active_tokens, entropy, entropy_coef,
+                  importance_sampling_level, (sapo_temperature_pos, sapo_temperature_neg))
     eps_low = epsilon
     eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logprobs.dtype)                                   # (N, T)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)                 # Â_i broadcast over tokens, (N, 1)
 
     # r_{i,t} = π_θ / π_θold, computed in log space
-    ratio = (logprobs - old_logprobs.detach()).exp()                 # (N, T)
-    clipped = ratio.clamp(1 - eps_low, 1 + eps_high)                 # clip(r, 1−ε, 1+ε_high)
-    policy_term = -(ratio * adv).minimum(clipped * adv)              # −min(r·Â, clip(r)·Â), (N, T)
+    log_ratio = logprobs - old_logprobs.detach()                     # (N, T)
+    if importance_sampling_level == "sequence":                      # GSPO: s_i = exp(mean_t log r_{i,t})
+        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)   # (N, 1)
+    ratio = log_ratio.exp()                                          # (N, T), or (N, 1) per answer
+    term, aggregate = LOSS_TYPES[loss_type]
+    policy_term = term(ratio, adv, logprobs, eps_low=eps_low, eps_high=eps_high,
+                                          tau_pos=sapo_temperature_pos, tau_neg=sapo_temperature_neg)
+    policy_term = policy_term.expand_as(logprobs)                    # (N, T)
+    if sampler_weights is not None:                                  # truncated IS: the sampler was not π_θold
+        policy_term = policy_term * sampler_weights.detach()
 
     kl = None
     if ref_logprobs is not None:
         kl = kl_estimate(logprobs, ref_logprobs.detach(), kind="k3")  # D_KL per token, (N, T)
     per_token = policy_term + beta * kl if beta > 0 else policy_term
 
-    aggregate = AGGREGATIONS[loss_type]
     opts = {"max_completion_length": max_completion_length, "num_active_tokens": num_active_tokens}
     loss = aggregate(per_token, mask, **opts)
     if entropy_coef > 0:                                             # − c·H̄: the entropy bonus (TRL's entropy_coef)
@@ -142,8 +204,14 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
 
     with torch.no_grad():
         active = mask.sum().clamp(min=1)
-        low = ((ratio < 1 - eps_low) & (adv < 0)).to(mask.dtype) * mask
-        high = ((ratio > 1 + eps_high) & (adv > 0)).to(mask.dtype) * mask
+        ratio = ratio.expand_as(logprobs)                            # (N, T) for the statistics
+        if loss_type == "cispo":                                     # the weight was capped at ε_max
+            low, high = torch.zeros_like(mask), (ratio > eps_high).to(mask.dtype) * mask
+        elif loss_type == "sapo":                                    # a soft gate: nothing is cut off
+            low = high = torch.zeros_like(mask)
+        else:
+            low = ((ratio < 1 - eps_low) & (adv < 0)).to(mask.dtype) * mask
+            high = ((ratio > 1 + eps_high) & (adv > 0)).to(mask.dtype) * mask
         info = {
             "clip_fraction": float((low + high).sum() / active),
             "clip_low_fraction": float(low.sum() / active),
@@ -178,3 +246,19 @@ def token_push(advantages, mask, *, loss_type="grpo", max_completion_length=None
     (grad,) = torch.autograd.grad(loss, logprobs)                                 # ∂loss/∂log π, (N, T)
     push = -grad * mask                                                           # (N, T)
     return push, {"per_sequence": push.sum(-1)}
+
+
+def reinforce_loss(logprobs, advantages, mask, *, loss_type="dapo", max_completion_length=None):
+    """The minimal form, as nanochat's RL script writes it: −Â_i · log π_θ(o_{i,t}) per token,
+    aggregated by ``loss_type`` (nanochat divides by the step's tokens, "dapo"). No ratio, no clip,
+    no KL: REINFORCE with the group's mean as baseline.
+
+    With one update per batch (μ = 1) and β = 0 it has exactly the gradient of :func:`grpo_loss`:
+    at r = 1 the clip never binds and ∇r = ∇log π. Its *value* differs (it is not 0 on-policy).
+    Returns ``(loss, info)`` with ``info["num_active_tokens"]``.
+    """
+    _checks.choice("loss_type", loss_type, tuple(AGGREGATIONS))
+    mask = mask.to(logprobs.dtype)                                            # (N, T)
+    per_token = -advantages.to(logprobs.dtype).unsqueeze(1) * logprobs        # −Â_i·log π, (N, T)
+    loss = AGGREGATIONS[loss_type](per_token, mask, max_completion_length=max_completion_length)
+    return loss, {"num_active_tokens": int(mask.sum())}

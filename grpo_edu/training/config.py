@@ -28,8 +28,11 @@ from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens
 solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there."""
 
 CHOICES = {
-    "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo"),
+    "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo"),
+    "importance_sampling_level": ("token", "sequence"),
     "scale": ("group", "batch", "none"),
+    "advantage_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
+    "sampling_dtype": ("float32", "bfloat16"),
     "device": ("auto", "cpu", "cuda"),
     "lr_scheduler_type": ("linear", "constant"),
 }
@@ -97,11 +100,42 @@ class GRPOConfig:
     """Leave completions cut at max_completion_length (no <eos>) out of the loss (TRL's name; DAPO's overlong
     filtering). They still count in their group's mean and σ. Off: a cut answer scores as wrong and is pushed down."""
     loss_type: str = "grpo"
-    """How per-token losses are averaged: "grpo", "bnpo", "dapo" or "dr_grpo" (see grpo_edu.core.losses)."""
+    """How per-token losses are averaged: "grpo", "bnpo", "dapo" or "dr_grpo" (see grpo_edu.core.losses); or a
+    variant's policy term: "cispo" (MiniMax-M1: a clipped, stop-gradient weight; needs epsilon_high ≥ 1, e.g. 5.0)
+    or "sapo" (a soft gate in place of the clip; see sapo_temperature_*). TRL's names."""
+    importance_sampling_level: str = "token"
+    """"token": a ratio per token (GRPO); "sequence": one ratio per answer, the exp of its tokens' mean log-ratio,
+    clipped as a whole (GSPO, arXiv:2507.18071; TRL's name). The GSPO paper clips it at ε ≈ 3e-4 / 4e-4."""
+    sapo_temperature_pos: float = 1.0
+    """τ_pos: SAPO's gate temperature for tokens with Â > 0 (TRL's name and default)."""
+    sapo_temperature_neg: float = 1.05
+    """τ_neg: SAPO's gate temperature for tokens with Â ≤ 0 (TRL's name and default)."""
     scale: str = "group"
     """Advantage scaling: "group" (σ per group), "batch" (σ of the batch) or "none" (Dr. GRPO)."""
+    advantage_estimator: str = "grpo"
+    """How rewards become Â (verl's ``algorithm.adv_estimator``): "grpo" (group mean and σ, see ``scale``), "rloo"
+    (each answer against the mean of the other G − 1) or "reinforce_plus_plus_baseline" (group mean, then whitened
+    over the batch's tokens). See grpo_edu.core.advantages."""
     seed: int = 0
     """Seeds data order, sampling and the reference copy: same seed, same run (on CPU)."""
+
+    sampling_dtype: str = "float32"
+    """Precision of the sampler: "bfloat16" samples under bf16 autocast while the update stays float32, so the
+    sampler is no longer exactly π_θold (as vLLM in bf16 is not the trainer). The step logs the mismatch
+    (``sampler_ratio_*``). On CUDA both run in bf16 autocast already."""
+    importance_sampling_correction: bool = False
+    """Weigh each token's policy term by min(π_θold / π_sampler, importance_sampling_cap): truncated importance
+    sampling (TRL's ``vllm_importance_sampling_correction`` in "token_truncate" mode; verl's rollout correction)."""
+    importance_sampling_cap: float = 3.0
+    """C: the cap of those weights (TRL's ``vllm_importance_sampling_clip_max``, default 3.0)."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: drop the step's groups whose rewards are all equal (σ = 0, no signal) and sample
+    more prompts until batch_size live groups are found, or max_sampling_rounds is reached (verl's
+    ``algorithm.filter_groups``; TRL has none). The extra generation is logged (``sampled_groups``)."""
+    max_sampling_rounds: int = 3
+    """Dynamic sampling: sampling rounds of batch_size prompts per step at most, the first included (verl's
+    ``max_num_gen_batches``, where ≤ 0 means no cap: here a cap is required). Short of batch_size live groups
+    then, the step trains on the live groups it found."""
 
     replay_ratio: float = 0.0
     """Share of each step's training samples replayed from the buffer (lesson 06): 0.3 = 7 new : 3 replayed
@@ -137,7 +171,8 @@ class GRPOConfig:
     def __post_init__(self):
         for name in ("batch_size", "num_generations", "num_iterations", "max_completion_length"):
             _checks.positive_int(name, getattr(self, name), minimum=2 if name == "num_generations" else 1)
-        for name in ("learning_rate", "epsilon", "temperature"):
+        for name in ("learning_rate", "epsilon", "temperature", "sapo_temperature_pos", "sapo_temperature_neg",
+                     "importance_sampling_cap"):
             _checks.positive_float(name, getattr(self, name))
         for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
@@ -150,13 +185,15 @@ class GRPOConfig:
                 warnings.warn(f"epsilon_high: {self.epsilon_high} is below epsilon {self.epsilon}, so the upper clip "
                               "is tighter than the lower one; DAPO's clip-higher uses epsilon_high > epsilon "
                               "(0.28 with 0.2)", stacklevel=3)
-        for name in ("gradient_checkpointing", "trust_remote_code", "mask_truncated_completions"):
+        for name in ("gradient_checkpointing", "trust_remote_code", "mask_truncated_completions", "dynamic_sampling",
+                     "importance_sampling_correction"):
             if not isinstance(getattr(self, name), bool):
                 _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
         for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
             _checks.positive_int(name, getattr(self, name), minimum=0)
         for name, allowed in CHOICES.items():
             _checks.choice(name, getattr(self, name), allowed)
+        self._check_variant()
         self._check_replay()
         if self.checkpoint_every and not self.output_dir:
             _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
@@ -169,6 +206,24 @@ class GRPOConfig:
     def uses_replay_buffer(self):
         """True when the run keeps a replay buffer: it replays from it, or fills a file for a later run."""
         return self.replay_ratio > 0 or self.replay_path is not None
+
+    def _check_variant(self):
+        from grpo_edu.core.losses import check_cispo_cap
+
+        check_cispo_cap(self.loss_type, self.epsilon_high)
+        if self.importance_sampling_correction and self.replay_ratio > 0:
+            _checks.fail("importance_sampling_correction", "cannot weigh replayed answers: no sampler of this step "
+                         "gave their log-probs", "use it with replay_ratio=0")
+        _checks.positive_int("max_sampling_rounds", self.max_sampling_rounds,
+                             fix="pass a cap of 1 or more (3 is usual; 1 only filters): without one a task whose "
+                                 "groups are all dead would sample forever")
+        if self.advantage_estimator != "grpo" and self.scale != "group":
+            _checks.fail("scale", f"is {self.scale!r}, but advantage_estimator={self.advantage_estimator!r} has its own "
+                         "normalisation and ignores scale", "leave scale at 'group', or use advantage_estimator='grpo'")
+        if self.importance_sampling_level == "sequence" and self.epsilon >= 0.01:
+            warnings.warn(f"epsilon: {self.epsilon} clips GSPO's sequence ratio, a geometric mean over every token, "
+                          "which moves far less than one token's ratio; the GSPO paper clips at 3e-4 (epsilon) and "
+                          "4e-4 (epsilon_high), and at 0.2 the clip will rarely bind", stacklevel=4)
 
     def _check_replay(self):
         from grpo_edu.training.replay import check_path, check_replay_ratio, warn_unadvised_ratio

@@ -283,6 +283,19 @@ def rollout_from_text(tokenizer, prompts, completions, *, device=None):
                    logprobs=torch.zeros(completion_ids.shape, device=device), completions=list(completions))
 
 
+def select_groups(rollout, groups):
+    """The rows of the groups ``groups`` (indices into the B prompts), in that order, as a :class:`Rollout`."""
+    G = rollout.num_generations
+    rows = torch.tensor([b * G + g for b in groups for g in range(G)], dtype=torch.long,
+                        device=rollout.completion_ids.device)                   # (len(groups)·G,)
+    pick = (lambda t: None if t is None else t[rows])
+    return Rollout(prompts=[rollout.prompts[b] for b in groups], num_generations=G,
+                   prompt_ids=pick(rollout.prompt_ids), prompt_mask=pick(rollout.prompt_mask),
+                   completion_ids=pick(rollout.completion_ids), completion_mask=pick(rollout.completion_mask),
+                   logprobs=pick(rollout.logprobs), completions=[rollout.completions[i] for i in rows.tolist()],
+                   entropy=pick(rollout.entropy))
+
+
 def concat_rollouts(first, second, *, pad_token_id):
     """The rows of ``first`` then ``second`` in one :class:`Rollout`: prompts padded on the left and
     completions on the right to the longer of the two. ``num_generations`` is ``first``'s (its

@@ -4,7 +4,7 @@
         1. take batch_size prompts                          (schedule: epoch order, drop_last)
         2. sample G completions each with π_θold            (rollout.generate)
         3. score them                                       (rewards.compute_rewards)
-        4. Â = group-relative advantages                    (advantages.group_advantages)
+        4. Â = group-relative advantages                    (advantages.group_advantages; or RLOO, REINFORCE++)
            with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
         5. log π_ref of the completions, if β > 0           (rollout.completion_logprobs)
         6. this step's learning rate                        (schedule.learning_rate_at)
@@ -52,8 +52,8 @@ from pathlib import Path
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.core.advantages import group_advantages, zero_std_groups
-from grpo_edu.core.losses import grpo_loss
+from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
+from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
 from grpo_edu.training import checkpoint as ckpt, run_folder
 from grpo_edu.training.config import GRPOConfig
@@ -70,6 +70,7 @@ from grpo_edu.training.rollout import (
     generate,
     length_stats,
     rollout_from_text,
+    select_groups,
     token_lists,
 )
 from grpo_edu.training.tasks import get_task, load_prompts
@@ -193,10 +194,12 @@ class GRPOTrainer:
         with self._rerun_if_interrupted():                                               # a failed step is not counted
             rows = self.batch_for(step)                                                  # 1. B prompts
             rollout = self._sample([row["prompt"] for row in rows])                      # 2. G completions each
-            rewards, reward_info = compute_rewards(self.reward_funcs, rows, rollout.completions, c.num_generations,
-                                                   weights=self.reward_weights,
-                                                   completion_ids=token_lists(rollout))          # 3. R, (B, G)
-            advantages = group_advantages(rewards, scale=c.scale).reshape(-1)            # 4. Â, (N,)
+            rewards, reward_info = self._score(rows, rollout)                            # 3. R, (B, G)
+            dynamic = None
+            if c.dynamic_sampling:                                                       #    DAPO: live groups only
+                rows, rollout, rewards, reward_info, dynamic = self._live_groups(step, rows, rollout, rewards)
+            advantages = estimate_advantages(rewards, estimator=c.advantage_estimator, scale=c.scale,
+                                             lengths=rollout.lengths.view_as(rewards).cpu()).reshape(-1)   # 4. Â, (N,)
             batch, batch_advantages = self._with_replayed(rollout, advantages)           #    + replayed rows
             ref_logprobs = self._ref_logprobs(batch)                                     # 5. log π_ref, (N', T)
             self._set_learning_rate(step)                                                # 6. lr of this step,
@@ -208,7 +211,7 @@ class GRPOTrainer:
         if replay is not None:
             metrics.update(replay_share=(batch.completion_ids.shape[0] - rollout.completion_ids.shape[0])
                            / batch.completion_ids.shape[0], **replay)
-        metrics.update(reward_info, seconds=time.perf_counter() - t0)
+        metrics.update(reward_info, **(dynamic or {}), seconds=time.perf_counter() - t0)
         self.history.append(metrics)
         for callback in self.callbacks:
             callback(metrics)
@@ -245,12 +248,48 @@ class GRPOTrainer:
         """G completions per prompt from the current policy π_θold (no gradient)."""
         c = self.config
         self.model.eval()
-        with self._autocast():
+        with self._autocast(sampling=True):
             rollout = generate(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
                                max_new_tokens=c.max_completion_length, temperature=c.temperature,
                                generator=self.generator)
         self.model.train()
         return rollout
+
+    def _score(self, rows, rollout):
+        """R for the rollout's completions, (B, G), and each reward function's mean."""
+        return compute_rewards(self.reward_funcs, rows, rollout.completions, self.config.num_generations,
+                               weights=self.reward_weights, completion_ids=token_lists(rollout))
+
+    # --- dynamic sampling (DAPO) -------------------------------------------------------------
+    def _live_groups(self, step, rows, rollout, rewards):
+        """Keep the groups with σ > 0; sample more prompts (seeded per step) until batch_size are live or
+        ``max_sampling_rounds`` rounds are done. Returns the kept rows, rollout, rewards, reward info and
+        the step's dynamic-sampling metrics. With no live group at all the step keeps its first batch
+        (every Â is 0: only the KL term acts), as with dynamic sampling off."""
+        c = self.config
+        B = c.batch_size
+        draw = torch.Generator().manual_seed(c.seed * 1_000_003 + step)            # the extra prompts of this step
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        kept_rows, kept, rounds = [], None, 1
+        batch_rows, batch, batch_rewards = rows, rollout, rewards
+        while True:
+            live = (~zero_std_groups(batch_rewards)).nonzero().flatten().tolist()[:B - len(kept_rows)]
+            if live:
+                part = select_groups(batch, live)
+                kept = part if kept is None else concat_rollouts(kept, part, pad_token_id=pad)
+                kept_rows += [batch_rows[b] for b in live]
+            if len(kept_rows) == B or rounds == c.max_sampling_rounds:
+                break
+            picks = torch.randint(len(self.train_rows), (B,), generator=draw).tolist()
+            batch_rows = [self.train_rows[i] for i in picks]
+            batch = self._sample([r["prompt"] for r in batch_rows])
+            batch_rewards, _ = self._score(batch_rows, batch)
+            rounds += 1
+        metrics = {"sampling_rounds": rounds, "sampled_groups": rounds * B, "live_groups_kept": len(kept_rows)}
+        if not kept_rows:
+            return rows, rollout, rewards, self._score(rows, rollout)[1], metrics
+        rewards, info = self._score(kept_rows, kept)
+        return kept_rows, kept, rewards, info, metrics
 
     # --- replay ----------------------------------------------------------------------------
     def _with_replayed(self, rollout, advantages):
@@ -327,6 +366,7 @@ class GRPOTrainer:
         if c.mask_truncated_completions:                                              # cut answers: no gradient
             train_mask = train_mask * finished(rollout, self.tokenizer.eos_token_id).unsqueeze(1).to(train_mask.dtype)
         step_tokens = train_mask.sum()
+        trainer_old, sampler = self._sampler_gap(rollout, train_mask)                # π_θold in float32, if needed
         mb = c.micro_batch_size or N
         stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": 0.0, "ratio_mean": 0.0, "entropy": 0.0,
                  "grad_norm": 0.0}
@@ -339,16 +379,26 @@ class GRPOTrainer:
                     logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
                                                             temperature=c.temperature, with_entropy=True,
                                                             entropy_grad=c.entropy_coef > 0)
-                # π_θold: with one iteration the sampler *is* the current policy (ratio exactly 1)
-                old = rollout.logprobs[rows] if c.num_iterations > 1 else logprobs.detach()
+                # π_θold: with one iteration the policy being updated (ratio exactly 1); with μ > 1 the
+                # sampler's log-probs, or the trainer's own recomputation when the sampler is not the trainer
+                if c.num_iterations == 1:
+                    old = logprobs.detach()
+                else:
+                    old = rollout.logprobs[rows] if trainer_old is None else trainer_old[rows]
+                sampler_weights = None
+                if c.importance_sampling_correction:                                  # min(π_θold/π_sampler, C)
+                    sampler_weights = (trainer_old[rows] - rollout.logprobs[rows]).exp().clamp(
+                        max=c.importance_sampling_cap)
                 loss, info = grpo_loss(
                     logprobs, old, advantages[rows], mask,
                     ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows], beta=c.beta,
                     epsilon=c.epsilon, epsilon_high=c.epsilon_high, loss_type=c.loss_type,
                     max_completion_length=c.max_completion_length if c.loss_type == "dr_grpo" else None,
-                    num_active_tokens=step_tokens if c.loss_type == "dapo" else None,
-                    entropy=entropy, entropy_coef=c.entropy_coef)
-                weight = 1.0 if c.loss_type == "dapo" else mask.shape[0] / N
+                    num_active_tokens=step_tokens if c.loss_type in TOKEN_COUNT_TYPES else None,
+                    entropy=entropy, entropy_coef=c.entropy_coef, importance_sampling_level=c.importance_sampling_level,
+                    sapo_temperature_pos=c.sapo_temperature_pos, sapo_temperature_neg=c.sapo_temperature_neg,
+                    sampler_weights=sampler_weights)
+                weight = 1.0 if c.loss_type in TOKEN_COUNT_TYPES else mask.shape[0] / N
                 (loss * weight).backward()                                            # accumulate
                 token_share = info["num_active_tokens"] / max(float(step_tokens), 1.0) / c.num_iterations
                 stats["loss"] += float(loss.detach()) * weight / c.num_iterations
@@ -361,7 +411,23 @@ class GRPOTrainer:
                                                                             foreach=True))
             self.optimizer.step()
             self._updates_done += 1
+        stats.update(sampler)
         return stats
+
+    def _sampler_gap(self, rollout, mask):
+        """When the sampler is not the trainer (``sampling_dtype="bfloat16"``, or a correction is asked for):
+        log π_θold recomputed by the trainer in float32, (N, T), and how far the sampler was from it,
+        π_θold / π_sampler per token (mean, max; 1 when they agree). Otherwise (None, {})."""
+        c = self.config
+        if c.sampling_dtype == "float32" and not c.importance_sampling_correction:
+            return None, {}
+        with torch.no_grad(), self._autocast():
+            trainer_old, _ = completion_logprobs(self.model, rollout.input_ids, rollout.attention_mask,
+                                                 rollout.completion_ids.shape[1], temperature=c.temperature)
+        gap = (trainer_old - rollout.logprobs).exp()                                  # π_θold / π_sampler, (N, T)
+        real = mask.bool()
+        return trainer_old, {"sampler_ratio_mean": float(gap[real].mean()), "sampler_ratio_max": float(gap[real].max()),
+                             "sampler_truncated_fraction": float((gap[real] > c.importance_sampling_cap).float().mean())}
 
     def _metrics(self, rows, rollout, rewards, update):
         """The per-step log line: rewards, accuracy, dead groups, and the update's statistics."""
@@ -384,6 +450,7 @@ class GRPOTrainer:
             "entropy": update["entropy"],
             **lengths,                                    # mean/min/max length, right and wrong; truncated share
             "grad_norm": update["grad_norm"],
+            **{k: v for k, v in update.items() if k.startswith("sampler_")},   # a sampler that is not the trainer
         }
 
     # --- the whole run -------------------------------------------------------------------
@@ -552,7 +619,9 @@ class GRPOTrainer:
                           "resumed from", stacklevel=3)
         return folder
 
-    def _autocast(self):
+    def _autocast(self, sampling=False):
+        """bf16 autocast on CUDA; on the CPU float32, except the sampler when ``sampling_dtype="bfloat16"``."""
         if self.device.type == "cuda":
             return torch.autocast("cuda", dtype=torch.bfloat16)
-        return torch.autocast("cpu", enabled=False)
+        return torch.autocast("cpu", dtype=torch.bfloat16,
+                              enabled=sampling and self.config.sampling_dtype == "bfloat16")
