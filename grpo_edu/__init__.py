@@ -50,6 +50,7 @@ checks every import in the source):
     ``claims``          a lesson's claims about a run, checked with measured margins
     ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
     ``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
+    ``variants``        lesson 12's race: GRPO's variants on lesson 11's model, over seeds
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
