@@ -72,7 +72,8 @@ class GRPOConfig:
     activations' memory shrinks to about one layer's worth, for roughly a third more compute. The
     gradient is the same. A memory knob for big models (lesson 10); the bundled model needs none."""
     num_iterations: int = 1
-    """μ: optimizer updates per sampled batch (DeepSeekMath's inner loop). 1 = strictly on-policy."""
+    """Optimizer updates per sampled batch (DeepSeekMath's inner loop, which the paper writes μ; the course keeps
+    μ for the group mean and uses this name). 1 = strictly on-policy: the policy updated is the one that sampled."""
 
     learning_rate: float = 3e-4
     """AdamW step size at the first step. 5e-6–2e-5 for LLMs (seed 004); the 130k-parameter bundled model
