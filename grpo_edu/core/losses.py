@@ -89,7 +89,7 @@ LOSS_TYPES = {**{name: (_clipped, aggregate) for name, aggregate in AGGREGATIONS
               "cispo": (_cispo, _dapo), "sapo": (_sapo, _grpo)}
 """loss_type → (the per-token policy term, its aggregation). CISPO averages over the step's tokens as DAPO
 does, SAPO over each answer's tokens as GRPO does (TRL and verl agree on both). At r = 1 (one update per
-batch, μ = 1) the three terms have the same gradient, −Â·∇log π: the variants differ only once the policy
+batch, num_iterations = 1) the three terms have the same gradient, −Â·∇log π: the variants differ only once the policy
 has moved away from the sampler."""
 
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -253,7 +253,7 @@ def reinforce_loss(logprobs, advantages, mask, *, loss_type="dapo", max_completi
     aggregated by ``loss_type`` (nanochat divides by the step's tokens, "dapo"). No ratio, no clip,
     no KL: REINFORCE with the group's mean as baseline.
 
-    With one update per batch (μ = 1) and β = 0 it has exactly the gradient of :func:`grpo_loss`:
+    With one update per batch (num_iterations = 1) and β = 0 it has exactly the gradient of :func:`grpo_loss`:
     at r = 1 the clip never binds and ∇r = ∇log π. Its *value* differs (it is not 0 on-policy).
     Returns ``(loss, info)`` with ``info["num_active_tokens"]``.
     """

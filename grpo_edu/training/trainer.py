@@ -379,7 +379,7 @@ class GRPOTrainer:
                     logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
                                                             temperature=c.temperature, with_entropy=True,
                                                             entropy_grad=c.entropy_coef > 0)
-                # π_θold: with one iteration the policy being updated (ratio exactly 1); with μ > 1 the
+                # π_θold: with one iteration the policy being updated (ratio exactly 1); with more than one the
                 # sampler's log-probs, or the trainer's own recomputation when the sampler is not the trainer
                 if c.num_iterations == 1:
                     old = logprobs.detach()
