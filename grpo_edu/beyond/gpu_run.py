@@ -100,6 +100,7 @@ def main(argv=None):
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
     import torch
+    from safetensors.torch import load_file
 
     from grpo_edu.training.make_model import build_tiny_model
 
@@ -113,8 +114,7 @@ def main(argv=None):
     start = time.perf_counter()
     model_dir = args.out or os.path.join(tempfile.mkdtemp(prefix="grpo_edu_gpu_run_"), "sums-model")
     made = build_tiny_model(model_dir, device=device, **WARM_UP, **SIZES[size]["build"])
-    params = sum(p.numel() for p in __import__("safetensors.torch", fromlist=["load_file"])
-                 .load_file(os.path.join(model_dir, "model.safetensors")).values())
+    params = sum(t.numel() for t in load_file(os.path.join(model_dir, "model.safetensors")).values())
     print(f"1. built {model_dir}: {params:,} parameters, {made['warmup_steps']} warm-up steps in "
           f"{made['wall_seconds']:.0f} s; held-out sampled accuracy {made['heldout_sampled_accuracy']:.3f}", flush=True)
 

@@ -255,6 +255,11 @@ class GRPOTrainer:
         self.model.train()
         return rollout
 
+    @property
+    def _pad_id(self):
+        """The token that pads completions when rollouts are joined (the tokenizer's pad, else <eos>)."""
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+
     def _score(self, rows, rollout):
         """R for the rollout's completions, (B, G), and each reward function's mean."""
         return compute_rewards(self.reward_funcs, rows, rollout.completions, self.config.num_generations,
@@ -269,7 +274,7 @@ class GRPOTrainer:
         c = self.config
         B = c.batch_size
         draw = torch.Generator().manual_seed(c.seed * 1_000_003 + step)            # the extra prompts of this step
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = self._pad_id
         kept_rows, kept, rounds = [], None, 1
         batch_rows, batch, batch_rewards = rows, rollout, rewards
         while True:
@@ -314,7 +319,7 @@ class GRPOTrainer:
                 extra.logprobs, _ = completion_logprobs(self.model, extra.input_ids, extra.attention_mask,
                                                         extra.completion_ids.shape[1], temperature=c.temperature)
             extra.logprobs = extra.logprobs * extra.completion_mask
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        pad = self._pad_id
         batch = concat_rollouts(rollout, extra, pad_token_id=pad)
         stored = torch.tensor([s.advantage for s in replayed], dtype=advantages.dtype, device=advantages.device)
         return batch, torch.cat([advantages, stored])                                   # (N + k,)
