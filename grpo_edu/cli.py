@@ -405,6 +405,8 @@ def build_parser():
     sub.add_parser("bench", help="time the trainer against the bare PyTorch floor and TRL (grpo-edu bench --help)")
     sub.add_parser("lesson-times", help="time every lesson here and scaled to the slowest laptop, against its "
                                         "budget (grpo-edu lesson-times --help)")
+    sub.add_parser("variants", help="race GRPO's variants on lesson 11's model and print lesson 12's table "
+                                    "(grpo-edu variants --help)")
     parser.value_flags = {flag for sp in sub.choices.values() for action in sp._actions
                           if action.nargs != 0 for flag in action.option_strings}
     parser.preset_commands = {"train": train, "export": ex}          # the subcommands that take --preset
@@ -423,7 +425,7 @@ def join_negative_values(argv, value_flags):
 
 
 PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench",
-                "lesson-times": "grpo_edu.course.lesson_times"}
+                "lesson-times": "grpo_edu.course.lesson_times", "variants": "grpo_edu.course.variants"}
 """Subcommands whose flags belong to their own module's parser."""
 
 

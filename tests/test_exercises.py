@@ -35,6 +35,18 @@ def _admitted_by_hand(advantages, top_fraction, min_advantage, last_wins=False):
     return [i in top and advantages[i] > min_advantage for i in range(n)]
 
 
+def _collapsed_by_hand(rewards, smooth=True, floor_zero=False, peak_before_tail=True):
+    r = [float(x) for x in rewards]
+    n, w = len(r), max(3, len(r) // 20)
+    avg = [sum(r[max(0, i + 1 - w):i + 1]) / len(r[max(0, i + 1 - w):i + 1]) for i in range(n)] if smooth else r
+    i_peak = avg.index(max(avg))
+    tail = r[n - max(3, math.ceil(n / 4)):]
+    floor = 0.0 if floor_zero else min(0.0, min(r))
+    peak, end = avg[i_peak], sum(tail) / len(tail)
+    early = i_peak < n - len(tail) or not peak_before_tail
+    return early and peak - floor >= 0.1 and end <= floor + 0.25 * (peak - floor)
+
+
 CORRECT = {
     "02.4": _advantages_by_hand,
     "03.4": lambda rewards: [len(set(row)) == 1 for row in rewards.tolist()],
@@ -43,6 +55,16 @@ CORRECT = {
     "05.6": lambda lp, mask: [sum(l for l, m in zip(row, mrow) if m) for row, mrow in zip(lp.tolist(), mask.tolist())],
     "06.5": lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m),
     "11.4": lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k),
+    "07.5": lambda cs, ans, L: [max(0.0, 1 - len(c.strip()) / L) if c.strip() == a.strip() else 0.0
+                                for c, a in zip(cs, ans)],
+    "09.4": lambda r: _collapsed_by_hand(r),
+    "10.4": lambda B, G, p, m: [m or B * G // p, (B * G // p) // (m or B * G // p)],
+    "12.1": lambda lp, old, mask: [math.exp(sum((a - b) for a, b, m in zip(r1, r2, m1) if m) / sum(m1))
+                                   for r1, r2, m1 in zip(lp.tolist(), old.tolist(), mask.tolist())],
+    "12.2": lambda r, a, lp, eps: [-min(ri, eps) * ai * li for ri, ai, li in zip(r, a, lp)],
+    "12.3": lambda rw: [[x - (sum(row) - x) / (len(row) - 1) for x in row] for row in rw.tolist()],
+    "12.4": lambda r, a, tp, tn: [-(4 / t) * ai / (1 + math.exp(-t * (ri - 1)))
+                                  for ri, ai in zip(r, a) for t in [tp if ai > 0 else tn]],
 }
 
 WRONG = {
@@ -59,6 +81,21 @@ WRONG = {
              lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m, last_wins=True)],   # ties: later first
     "11.4": [lambda n, c, k: 1 - (1 - c / n) ** k,                          # with replacement: biased low
              lambda n, c, k: c / n],                                          # pass@1 whatever k
+    "07.5": [lambda cs, ans, L: [max(0.0, 1 - len(c.strip()) / L) for c in cs],           # no gate
+             lambda cs, ans, L: [max(0.0, 1 - len(c) / L) if c == a else 0.0 for c, a in zip(cs, ans)]],   # no strip
+    "09.4": [lambda r: _collapsed_by_hand(r, smooth=False),                              # the raw peak
+             lambda r: _collapsed_by_hand(r, floor_zero=True),                           # floor 0, penalties or not
+             lambda r: _collapsed_by_hand(r, peak_before_tail=False)],                   # a late peak counts
+    "10.4": [lambda B, G, p, m: [B * G, 1],                                                # completions, one process
+             lambda B, G, p, m: [m or B // p, (B // p) // (m or B // p) if B // p else 1]],  # prompts, not completions
+    "12.1": [lambda lp, old, mask: np.exp(((lp - old) * mask).sum(axis=1)),             # the product, not the mean
+             lambda lp, old, mask: np.exp(lp - old).mean(axis=1)],                     # arithmetic mean, pads in
+    "12.2": [lambda r, a, lp, eps: -np.minimum(r, 1 + 0.2) * a * lp,                  # capped at 1 + ε
+             lambda r, a, lp, eps: -r * a * lp],                                       # no cap
+    "12.3": [lambda rw: rw - rw.mean(axis=1, keepdims=True),                           # own reward in the baseline
+             lambda rw: rw - (rw.sum(axis=1, keepdims=True) - rw) / rw.shape[1]],      # divides by G
+    "12.4": [lambda r, a, tp, tn: -(4 / tp) * a / (1 + np.exp(-tp * (r - 1))),         # one τ for both signs
+             lambda r, a, tp, tn: -np.minimum(r * a, np.clip(r, 0.8, 1.2) * a)],       # GRPO's clip
 }
 
 

@@ -101,7 +101,7 @@ def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
 
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"08.1", "08.2", "08.3", "08.4",
                                                    "02.4", "03.4", "04.5", "04.6", "05.6", "06.5",
-                                                   "11.4"}   # code exercises: test_exercises.py
+                                                   "11.4", "12.1", "12.2", "12.3", "12.4", "07.5", "10.4", "09.4"}   # code exercises: test_exercises.py
     assert check("01.1", None) is False
     with pytest.raises(ValueError, match="^exercise_id: unknown exercise"):
         check("99.9", 1)
@@ -125,3 +125,32 @@ def test_readme_lists_exactly_the_lessons():
     listed = set(re.findall(r"^\| \d\d[a-z]? \| `(\d\d[a-z]?_\w+)` \|", text, re.M))
     present = {nb.stem for nb in (ROOT / "lessons").glob("*.ipynb")}
     assert listed == present
+
+
+@pytest.mark.parametrize("lesson", sorted(p.stem for p in (ROOT / "lessons").glob("*.ipynb")))
+def test_every_lesson_opens_with_its_chinese_summary_and_key_terms(lesson):
+    import json
+
+    cells = json.loads((ROOT / "lessons" / f"{lesson}.ipynb").read_text(encoding="utf-8"))["cells"]
+    opening = "".join(cells[0]["source"])
+    assert opening.startswith("# Lesson"), lesson
+    first_paragraph = opening.split("\n\n")[1]                       # right under the title
+    assert first_paragraph.startswith("**中文摘要**"), f"{lesson}: the 中文摘要 must come first, under the title"
+    assert "关键术语" in first_paragraph, f"{lesson}: its 关键术语 line belongs in the summary"
+    assert len(re.findall(r"[\u4e00-\u9fff]", first_paragraph)) >= 60, lesson
+    assert "群体相对" not in opening, "GRPO is 组相对策略优化"
+
+
+def test_every_faq_link_points_at_a_lesson_heading_that_exists():
+    import json
+
+    text = (ROOT / "docs" / "FAQ.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(\.\./lessons/([\w]+\.ipynb)#([^)\s]+)\)", text)
+    assert len(re.findall(r"^### ", text, re.M)) >= 15 and len(links) >= 25
+    for notebook, anchor in links:
+        path = ROOT / "lessons" / notebook
+        assert path.exists(), notebook
+        headings = {line.lstrip("#").strip().replace(" ", "-")
+                    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"] if cell["cell_type"] == "markdown"
+                    for line in "".join(cell["source"]).splitlines() if re.match(r"#{1,4} ", line)}
+        assert anchor in headings, f"docs/FAQ.md links {notebook}#{anchor}, which is no heading there"

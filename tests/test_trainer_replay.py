@@ -145,6 +145,8 @@ def test_an_interrupted_step_with_replay_runs_again_identically(make):
     (dict(replay_top_fraction=0), "^replay_top_fraction: "),
     (dict(replay_top_fraction=1.5), "^replay_top_fraction: "),
     (dict(replay_min_advantage=float("nan")), "^replay_min_advantage: "),
+    (dict(replay_min_reward=float("inf")), "^replay_min_reward: "),
+    (dict(replay_min_reward="1"), "^replay_min_reward: "),
     (dict(replay_refresh_every=-1), "^replay_refresh_every: "),
     (dict(replay_refresh_every=10), "^replay_max_age: is not set but replay_refresh_every asks"),
     (dict(replay_path="buffer.txt"), r"^replay_path: buffer.txt has the extension '.txt'"),
@@ -234,3 +236,23 @@ def test_a_refused_resume_while_the_run_is_live_leaves_its_buffer_untouched(tmp_
         with pytest.raises(ValueError, match=rf"is being written by process {pid} on "):
             make(replay_path=str(path), output_dir=str(out)).train(resume_from=out, progress=False)
     assert read_file(path) == content                                # nothing rolled back
+
+
+def test_the_reward_threshold_keeps_an_all_wrong_groups_best_answer_out():
+    """Under a composite reward (lesson 07) an all-wrong group still ranks its answers: the best of
+    them has Â > 0 and would enter a notebook of good answers, unless its reward must be near full."""
+    from grpo_edu.core.advantages import group_advantages
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    rewards = [0.2, 0.1, 0.0, 0.0]                                  # all wrong; brevity and format differ
+    adv = group_advantages([rewards])[0].tolist()
+    offered = [ReplaySample("1+1=", a, adv[i], rewards[i]) for i, a in enumerate(["3", "33", "x", "4x"])]
+    assert ReplayBuffer(10).add(offered, round=1) == 2                # Â > 0, top half: two wrong answers get in
+    assert ReplayBuffer(10, min_reward=1.0).add(offered, round=1) == 0
+    right = ReplaySample("1+1=", "2", 1.0, 1.2)
+    assert ReplayBuffer(10, min_reward=1.0).add([right], round=1) == 1
+
+
+def test_the_trainer_passes_the_reward_threshold_to_its_buffer():
+    trainer = GRPOTrainer(GRPOConfig(replay_ratio=0.3, replay_min_reward=1.0, total_training_steps=1, eval_size=0))
+    assert trainer.replay_buffer.min_reward == 1.0

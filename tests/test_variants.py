@@ -376,3 +376,35 @@ def test_each_variant_travels_to_trl_and_verl_or_is_named_as_unmatched():
     tis = GRPOConfig(sampling_dtype="bfloat16", importance_sampling_correction=True)
     assert "vllm_importance_sampling_mode='token_truncate'" in dict(to_trl(tis)[1]["unmatched"])[
         "importance_sampling_correction / sampling_dtype"]
+
+
+def test_gspos_sequence_ratio_by_hand():
+    from grpo_edu.core.losses import sequence_ratio
+
+    logprobs = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, 9.0]], dtype=torch.float64)
+    old = torch.tensor([[-1.5, -1.0, -3.3], [-1.0, -0.2, -9.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    s, info = sequence_ratio(logprobs, old, mask)
+    # answer 0: log-ratios 0.5, −1, 0.3 → mean −0.0667; answer 1: 0.5, −0.3 (the pad is out) → mean 0.1
+    assert s.tolist() == pytest.approx([math.exp(-0.2 / 3), math.exp(0.1)], abs=1e-12)
+    assert info["log_ratio"].tolist() == pytest.approx([-0.2 / 3, 0.1], abs=1e-12)
+
+
+def test_the_push_off_policy_shows_each_variants_clip_cap_and_gate():
+    from grpo_edu.core.losses import token_push
+
+    r = torch.tensor([[0.5], [1.1], [1.5], [6.0]], dtype=torch.float64)        # four one-token answers
+    mask = torch.ones(4, 1)
+    up, down = torch.ones(4), -torch.ones(4)
+    grpo_up, _ = token_push(up, mask, ratio=r)
+    assert (grpo_up[:, 0] * 4).tolist() == pytest.approx([0.5, 1.1, 0.0, 0.0])        # r·Â inside, 0 past 1 + ε
+    grpo_down, _ = token_push(down, mask, ratio=r)
+    assert (grpo_down[:, 0] * 4).tolist() == pytest.approx([0.0, -1.1, -1.5, -6.0])   # 0 below 1 − ε for Â < 0
+    cispo, _ = token_push(up, mask, ratio=r, loss_type="cispo", epsilon_high=5.0)
+    assert (cispo[:, 0] * 4).tolist() == pytest.approx([0.5, 1.1, 1.5, 5.0])         # min(r, ε_max): never 0
+    sapo, _ = token_push(up, mask, ratio=r, loss_type="sapo")
+    gate = torch.sigmoid(r[:, 0] - 1)
+    assert (sapo[:, 0] * 4).tolist() == pytest.approx((4 * gate * (1 - gate) * r[:, 0]).tolist())
+    on_policy = [token_push(up, mask, ratio=torch.ones(4, 1), **kw)[0] for kw in
+                 ({}, {"loss_type": "sapo"}, {"loss_type": "cispo", "epsilon_high": 5.0})]
+    assert all(torch.allclose(p, on_policy[0]) for p in on_policy)                     # r = 1: one gradient

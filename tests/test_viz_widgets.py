@@ -412,7 +412,7 @@ def test_memory_bars_stack_every_part_to_the_tables_total():
     fig = viz.memory_bars(rows)
     ax = fig.axes[0]
     parts = [k for k in rows[0] if k not in ("model", "GPUs", "ZeRO stage", "total GiB per GPU")]
-    assert len(ax.patches) == len(rows) * len(parts) == 20
+    assert len(ax.patches) == len(rows) * len(parts) == 24
     ends = {}
     for patch in ax.patches:                       # each bar ends where the next part starts
         y = round(patch.get_y(), 6)

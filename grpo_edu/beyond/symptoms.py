@@ -378,8 +378,9 @@ def _reward_collapse(log):
                   peak={"step": points[i_peak][0], "value": peak}),
         ["learning_rate too high: a few large updates moved the policy to where it is almost never right, and "
          "all-wrong groups give no signal to come back (lesson 05: lr 2e-3 collapses within 30 steps)",
-         "beta too small to hold the policy near π_ref", "a reward function that changed or broke mid-run"],
-        [_lower_lr(log, 10, "lesson 05's run at 2e-4 learns where 2e-3 collapses"), _raise_beta(log),
+         "a reward function that changed or broke mid-run"],
+        [_lower_lr(log, 10, "lesson 05's run at 3e-4 learns where 2e-3 collapses; in lesson 09 neither β = 0.4 "
+                   "nor gradient accumulation prevented this collapse, only a lower rate did"),
          ("max_grad_norm", "keep it at 1.0 (0 turns clipping off)", "bounds the size of each update")],
         "05_toy_grpo", 90)
 
@@ -521,6 +522,8 @@ def _completion_length(log):
              "token)"],
             [("max_completion_length", log.change("max_completion_length", 2, "raise it"),
               "room for a whole answer and its <eos>"),
+             ("mask_truncated_completions", "True", "a cut answer keeps its place in its group's mean and σ but "
+              "gets no gradient, so its correct working is not pushed down (DAPO's overlong filtering; lesson 11)"),
              ("loss_type", "'dapo' (TRL's default)", "weighs every token equally, removing the length bias")],
             "08_full_grpo_run", 60)
     start, end = log.mean(log.head, "completion_length"), log.mean(log.tail, "completion_length")

@@ -149,6 +149,19 @@ def check_cispo_cap(loss_type, epsilon_high):
                      "pass epsilon_high=5.0 with loss_type='cispo' (ScaleRL's ε_max, TRL's advice)")
 
 
+def sequence_ratio(logprobs, old_logprobs, mask):
+    """GSPO's sequence-level ratio (arXiv:2507.18071, eq. 7), one per answer, (N,):
+
+        s_i = (π_θ(o_i) / π_θold(o_i))^(1/|o_i|) = exp( (1/|o_i|) Σ_t (log π_θ − log π_θold)_{i,t} )
+
+    the geometric mean of the answer's token ratios, so its size does not grow with the length.
+    Returns ``(s, info)``; ``info["log_ratio"]``: (N,) the mean log-ratio before the exp.
+    """
+    mask = mask.to(logprobs.dtype)                                                   # (N, T)
+    mean_log = ((logprobs - old_logprobs) * mask).sum(-1) / mask.sum(-1).clamp(min=1)   # (N,)
+    return mean_log.exp(), {"log_ratio": mean_log}
+
+
 def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, beta=0.0,
               epsilon=0.2, epsilon_high=None, loss_type="grpo", max_completion_length=None,
               num_active_tokens=None, entropy=None, entropy_coef=0.0, importance_sampling_level="token",
@@ -181,10 +194,10 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     adv = advantages.to(logprobs.dtype).unsqueeze(1)                 # Â_i broadcast over tokens, (N, 1)
 
     # r_{i,t} = π_θ / π_θold, computed in log space
-    log_ratio = logprobs - old_logprobs.detach()                     # (N, T)
-    if importance_sampling_level == "sequence":                      # GSPO: s_i = exp(mean_t log r_{i,t})
-        log_ratio = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)   # (N, 1)
-    ratio = log_ratio.exp()                                          # (N, T), or (N, 1) per answer
+    if importance_sampling_level == "sequence":                      # GSPO: one ratio s_i per answer, (N, 1)
+        ratio = sequence_ratio(logprobs, old_logprobs.detach(), mask)[0].unsqueeze(1)
+    else:
+        ratio = (logprobs - old_logprobs.detach()).exp()             # (N, T)
     term, aggregate = LOSS_TYPES[loss_type]
     policy_term = term(ratio, adv, logprobs, eps_low=eps_low, eps_high=eps_high,
                                           tau_pos=sapo_temperature_pos, tau_neg=sapo_temperature_neg)
@@ -225,24 +238,30 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     return loss, info
 
 
-def token_push(advantages, mask, *, loss_type="grpo", max_completion_length=None):
-    """How hard one on-policy step pushes each token's log-prob, under ``loss_type``.
+def token_push(advantages, mask, *, loss_type="grpo", max_completion_length=None, ratio=None, **variant):
+    """How hard one step pushes each token's log-prob, under ``loss_type``.
 
-    The push is −∂loss/∂log π_θ(o_{i,t}) at r = 1 and β = 0: positive raises the token,
-    negative lowers it. It is read off the gradient of :func:`grpo_loss` itself, so it is
-    exactly what the trainer's backward pass sees. For ``"grpo"`` it is Â_i / (N·|o_i|):
+    The push is −∂loss/∂log π_θ(o_{i,t}) at β = 0: positive raises the token, negative lowers it.
+    It is read off the gradient of :func:`grpo_loss` itself, so it is exactly what the trainer's
+    backward pass sees. On-policy (``ratio`` None: r = 1) it is Â_i / (N·|o_i|) for ``"grpo"``:
     a token of a long answer is pushed less than a token of a short one with the same Â,
     which is the length bias Dr. GRPO removes (Â_i / (N·T_max) for ``"dr_grpo"``, and
     Â_i / (tokens in the step) for ``"dapo"``).
+
+    ``ratio``: (N, T) token ratios r = π_θ / π_θold after the policy has moved (lesson 12): the push
+    then shows where each variant's clip, cap or gate acts. ``variant``: the other settings of
+    :func:`grpo_loss` (``epsilon``, ``epsilon_high``, ``importance_sampling_level``, ``sapo_temperature_*``).
 
     advantages: (N,); mask: (N, T). Returns ``(push, info)``: push (N, T), 0 off the mask;
     ``info["per_sequence"]``: (N,) each completion's total push, Σ_t push_{i,t}.
     """
     mask = torch.as_tensor(mask, dtype=torch.float64)                             # (N, T)
     advantages = torch.as_tensor(advantages, dtype=torch.float64)                 # (N,)
-    logprobs = torch.zeros_like(mask, requires_grad=True)                         # any value: r = 1 on-policy
-    loss, _ = grpo_loss(logprobs, logprobs.detach(), advantages, mask, loss_type=loss_type,
-                        max_completion_length=max_completion_length)
+    old = torch.zeros_like(mask)                                                  # log π_θold
+    start = old if ratio is None else torch.as_tensor(ratio, dtype=torch.float64).log()   # log π_θ = log r
+    logprobs = start.clone().requires_grad_(True)
+    loss, _ = grpo_loss(logprobs, old, advantages, mask, loss_type=loss_type,
+                        max_completion_length=max_completion_length, **variant)
     (grad,) = torch.autograd.grad(loss, logprobs)                                 # ∂loss/∂log π, (N, T)
     push = -grad * mask                                                           # (N, T)
     return push, {"per_sequence": push.sum(-1)}

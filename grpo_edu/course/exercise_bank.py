@@ -330,6 +330,106 @@ def _pass_at_k_input(rng):
     return n, int(rng.integers(0, n + 1)), int(rng.integers(1, n + 1))
 
 
+def _sequence_ratio_ref(logprobs, old_logprobs, mask):
+    import torch
+
+    from grpo_edu.core.losses import sequence_ratio
+
+    s, _ = sequence_ratio(torch.as_tensor(logprobs), torch.as_tensor(old_logprobs), torch.as_tensor(mask))
+    return s.numpy()
+
+
+def _two_logprob_input(rng):
+    logprobs, mask = _token_logprob_input(rng)
+    return logprobs, logprobs + rng.normal(0, 0.3, size=logprobs.shape), mask    # log π_θ, log π_θold, (N, T)
+
+
+def _policy_term(loss_type, ratio, advantage, logprob=None, **settings):
+    import torch
+
+    from grpo_edu.core.losses import LOSS_TYPES
+
+    term, _ = LOSS_TYPES[loss_type]
+    logprob = np.zeros_like(ratio) if logprob is None else logprob
+    return term(torch.as_tensor(ratio), torch.as_tensor(advantage), torch.as_tensor(logprob), **settings).numpy()
+
+
+def _cispo_input(rng):
+    n = int(rng.integers(3, 9))
+    return (rng.uniform(0.2, 8.0, size=n), rng.normal(0, 1.5, size=n), np.log(rng.uniform(0.01, 1.0, size=n)),
+            float(rng.choice([2.0, 5.0])))
+
+
+def _sapo_input(rng):
+    n = int(rng.integers(3, 9))
+    return rng.uniform(0.3, 3.0, size=n), rng.normal(0, 1.5, size=n), float(rng.choice([1.0, 2.0])), 1.05
+
+
+def _rloo_ref(rewards):
+    from grpo_edu.core.advantages import rloo_advantages
+
+    return rloo_advantages(rewards)
+
+
+def _gated_brevity_ref(completions, answers, max_length):
+    from grpo_edu.course.clinic import brevity_if_correct
+
+    return brevity_if_correct(int(max_length))(None, list(completions), list(answers))
+
+
+def _gated_brevity_input(rng):
+    n, max_length = int(rng.integers(3, 9)), int(rng.integers(2, 6))
+    answers = [str(int(rng.integers(10, 200))) for _ in range(n)]
+    pick = lambda a: rng.choice([a, a + "0", a[:-1], "", " " + a + " ", str(int(a) + 1)])   # noqa: E731
+    return [str(pick(a)) for a in answers], answers, max_length
+
+
+def _trl_batch_ref(batch_size, G, processes, micro_batch_size):
+    return [_to_trl_value(int(batch_size), int(G), int(micro_batch_size) or None, int(processes), key)
+            for key in ("per_device_train_batch_size", "gradient_accumulation_steps")]
+
+
+def _trl_batch_input(rng):
+    processes = int(rng.choice([1, 2, 4, 8]))
+    G = int(rng.choice([2, 4, 8, 16]))
+    batch_size = processes * int(rng.integers(1, 5))                     # B·G splits over the processes
+    share = batch_size * G // processes                                  # completions per process
+    micro = int(rng.choice([d for d in range(1, share + 1) if share % d == 0] + [0]))   # 0: no micro-batches
+    return batch_size, G, processes, micro
+
+
+def _collapse_ref(rewards):
+    from grpo_edu.beyond.diagnose import diagnose
+
+    rows = [{"step": i + 1, "reward_mean": float(r)} for i, r in enumerate(rewards)]
+    return "reward_collapse" in [finding.name for finding in diagnose(rows)]
+
+
+def _reward_curve_input(rng):
+    """A run's mean reward per step, one of six shapes a sick or healthy run takes: rising, collapsing
+    after a peak, a one-step spike, a crash inside the last quarter, a partial fall of a reward with
+    penalties (below 0), or flat; with a little noise."""
+    n = int(rng.integers(12, 61))
+    t = np.linspace(0, 1, n)
+    tail = max(3, math.ceil(n / 4))
+    shape = str(rng.choice(["rise", "collapse", "spike", "late crash", "penalty fall", "flat"]))
+    if shape == "rise":
+        curve = 0.3 + 0.5 * t
+    elif shape == "collapse":
+        peak_at = float(rng.uniform(0.2, 0.5))
+        curve = np.where(t < peak_at, 0.3 + 0.5 * t / peak_at, 0.8 * np.exp(-12 * (t - peak_at)))
+    elif shape == "spike":                                   # one lucky step: smoothing must see through it
+        curve = np.full(n, 0.2)
+        curve[int(rng.integers(1, n // 3))] = 0.9
+        curve[n - tail:] = 0.15
+    elif shape == "late crash":                              # the peak is inside the tail: not a collapse yet
+        curve = np.where(np.arange(n) < n - tail + 1, 0.3 + 0.5 * t, 0.0)
+    elif shape == "penalty fall":                            # rewards with penalties: the floor is below 0
+        curve = np.where(t < 0.4, -0.5 + 2.0 * t, 0.3 - 1.0 * (t - 0.4))
+    else:
+        curve = np.full(n, 0.4)
+    return (np.round(curve + rng.normal(0, 0.01, n), 4),)
+
 def _overlong(length, max_completion_length=42, cache_length=10):
     from grpo_edu.training.rewards import soft_overlong_punishment
 
@@ -396,6 +496,12 @@ EXERCISES: dict[str, Any] = {
                      "(4 decimals)",
                      lambda: round(_adv([10, 0, 0, 0])[0], 4),
                      "μ and σ both grow tenfold compared with [1, 0, 0, 0]; only eps does not.", tolerance=1e-4),
+    "07.5": CodeExercise("Write my_gated_brevity(completions, answers, max_length): lists of answer strings and "
+                         "reference answers; return the gated brevity reward of each, brevity 1 − len/max_length "
+                         "(floored at 0, on the stripped answer) for a right answer and 0 for a wrong one.",
+                         _gated_brevity_ref, _gated_brevity_input,
+                         "right means c.strip() == a.strip(); brevity is max(0, 1 − len(c.strip()) / max_length); "
+                         "multiply the two."),
     "07.4": Exercise("Weights 0.2 correctness and 0.8 brevity_reward(4). Rewards of the empty answer '' and of the "
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in _composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
@@ -412,12 +518,28 @@ EXERCISES: dict[str, Any] = {
                      "what mean reward at the end of the run does diagnose call it reward_collapse?",
                      lambda: _collapse_threshold(0.6),
                      "the rule's threshold is a quarter of the way from the floor (0) to the peak."),
+    "09.4": CodeExercise("Write my_collapsed(rewards): a run's mean reward per step (a numpy array); return True "
+                         "when diagnose's reward_collapse rule fires. The rule: smooth the rewards with a trailing "
+                         "moving average of window max(3, n // 20); the peak is the smoothed maximum (its first "
+                         "step); the floor is min(0, lowest reward); the tail is the last max(3, ⌈n / 4⌉) steps. "
+                         "Collapse: the peak comes before the tail, is at least 0.1 above the floor, and the tail's "
+                         "mean is at most floor + 0.25 · (peak − floor).",
+                         _collapse_ref, _reward_curve_input,
+                         "trailing means: rewards[max(0, i + 1 − w):i + 1].mean() at each step i; the peak's index "
+                         "must be < n − len(tail); compare the tail's mean (raw rewards) with the threshold."),
     # lesson 10: graduation to TRL and verl
     "10.1": Exercise("B = 16, G = 8 on 4 processes, micro_batch_size = 16. What per_device_train_batch_size and "
                      "gradient_accumulation_steps give TRL the same step? Answer [per_device, accumulation].",
                      lambda: [_to_trl_value(16, 8, 16, 4, k) for k in ("per_device_train_batch_size",
                                                                        "gradient_accumulation_steps")],
                      "128 completions per step, 32 per process, in micro-batches of 16."),
+    "10.4": CodeExercise("Write my_trl_batch(batch_size, G, processes, micro_batch_size): a grpo_edu step of "
+                         "batch_size prompts × G answers on `processes` TRL processes, in micro-batches of "
+                         "micro_batch_size completions (0: none); return [per_device_train_batch_size, "
+                         "gradient_accumulation_steps] for TRL's same step.",
+                         _trl_batch_ref, _trl_batch_input,
+                         "each process takes batch_size · G / processes completions; per_device is the micro-batch "
+                         "(or that whole share when micro_batch_size is 0), accumulation is share / per_device."),
     "10.2": Exercise("The same B = 16, G = 8 in verl on 4 GPUs, no micro_batch_size. What are data.train_batch_size "
                      "and ppo_micro_batch_size_per_gpu? Answer [train_batch_size, micro_per_gpu].",
                      lambda: _verl_batch(16, 8, 4),
@@ -543,6 +665,30 @@ EXERCISES: dict[str, Any] = {
                          "unbiased pass@k, the chance that k of the n drawn without replacement include a right one.",
                          _pass_at_k_ref, _pass_at_k_input,
                          "1 − C(n − c, k) / C(n, k), with math.comb; C(n − c, k) is 0 when k > n − c."),
+    # lesson 12: GRPO's variants
+    "12.1": CodeExercise("Write my_sequence_ratio(logprobs, old_logprobs, mask): (N, T) numpy arrays of log π_θ "
+                         "and log π_θold of each completion token, and the completion mask; return GSPO's N "
+                         "sequence ratios s_i = exp(mean over the answer's tokens of (log π_θ − log π_θold)).",
+                         _sequence_ratio_ref, _two_logprob_input,
+                         "mask the log-ratios, sum them per row, divide by the row's number of tokens "
+                         "(mask.sum(axis=1)), then np.exp: the geometric mean of the token ratios."),
+    "12.2": CodeExercise("Write my_cispo_term(ratio, advantage, logprob, eps_max): numpy arrays of the token "
+                         "ratios r, the advantages Â and log π_θ, and CISPO's cap ε_max; return CISPO's loss per "
+                         "token, −min(r, ε_max)·Â·log π_θ (the min is a constant in the gradient; here you "
+                         "return values only).",
+                         lambda r, a, lp, eps: _policy_term("cispo", r, a, lp, eps_high=eps), _cispo_input,
+                         "np.minimum(ratio, eps_max) caps the weight at ε_max itself, not at 1 + ε; "
+                         "then − weight · Â · log π."),
+    "12.3": CodeExercise("Write my_rloo(rewards): rewards is a (B, G) numpy array; return RLOO's advantages, "
+                         "each reward minus the mean of the other G − 1 rewards of its group.",
+                         _rloo_ref, _rewards_input,
+                         "the others' mean is (row sum − R_i) / (G − 1); equivalently G/(G − 1)·(R_i − μ)."),
+    "12.4": CodeExercise("Write my_sapo_term(ratio, advantage, tau_pos, tau_neg): numpy arrays of r and Â and "
+                         "SAPO's two temperatures; return SAPO's loss per token, −σ(τ(r − 1))·(4/τ)·Â, with "
+                         "τ = tau_pos where Â > 0 and tau_neg elsewhere (σ is the logistic sigmoid).",
+                         lambda r, a, tp, tn: _policy_term("sapo", r, a, tau_pos=tp, tau_neg=tn), _sapo_input,
+                         "tau = np.where(advantage > 0, tau_pos, tau_neg); σ(x) = 1 / (1 + np.exp(−x)); at r = 1 "
+                         "the term is −2Â/τ and its slope in r is −Â, as GRPO's."),
 }
 
 
@@ -596,5 +742,16 @@ PREDICTIONS: dict[str, Prediction] = {
                         "samples right) do: 'rise by more than 3 points', 'stay within 3 points' or 'fall by more "
                         "than 3 points'?",
                         choices=("rise by more than 3 points", "stay within 3 points", "fall by more than 3 points")),
+    "12.P1": Prediction("One batch of the sums model, num_iterations = 1 (the first update, r = 1 on every "
+                        "token). Compared with GRPO's, the gradient of GSPO's loss on every token will be: 'the "
+                        "same', 'smaller' or 'larger'?",
+                        choices=("the same", "smaller", "larger")),
+    "12.P2": Prediction("Two updates per batch. On the second update GSPO (ε = 3e-4 on one ratio per answer) and "
+                        "GRPO (ε = 0.2 on each token) clip a share of the tokens. GSPO's share will be: 'more than "
+                        "10 times GRPO's', 'about the same' or 'less'?",
+                        choices=("more than 10 times grpo's", "about the same", "less")),
+    "12.P3": Prediction("Dynamic sampling (DAPO) drops the dead groups of a step and samples 8 more prompts at a "
+                        "time until the step holds 8 live groups. Over the same 6 steps, how many times plain "
+                        "GRPO's completions will it generate?", tolerance=0.25),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

@@ -1,4 +1,5 @@
-"""GRPO's variants side by side, on lesson 11's model: ``python -m grpo_edu.course.variants --seeds 0 1 2``.
+"""GRPO's variants side by side, on lesson 11's model: ``grpo-edu variants --seeds 0 1 2``
+(or ``python -m grpo_edu.course.variants --seeds 0 1 2``).
 
 Every variant trains the same model (``assets/tiny-sums``, the ``sums`` preset) on the same prompts
 for the same number of steps, and is scored the same way. All of them make two updates per batch
@@ -31,12 +32,17 @@ VARIANTS = {
 }
 """Each variant's settings on top of :data:`COMMON` (TRL's names; see the README's variants table)."""
 
-METRICS = ("before", "after", "pass@8", "len_right", "len_wrong", "entropy", "truncated", "dead", "generated", "seconds")
+METRICS = ("before", "after", "pass@8", "len_right", "len_wrong", "entropy", "truncated", "dead", "clip", "generated",
+           "seconds")
 
 
 def run_variant(name, seed=0, *, steps=None, eval_size=None, progress=False):
-    """Train variant ``name`` from the bundled sums model; return its row of :data:`METRICS`.
-    ``steps`` and ``eval_size`` (held-out prompts) override :data:`COMMON`'s."""
+    """Train variant ``name`` from the bundled sums model: (row, info).
+
+    ``row``: :data:`METRICS` plus ``clip`` (the share of tokens the clip or gate bound, last quarter)
+    and ``curve`` (the training reward per step). ``info``: ``trainer`` (its ``history`` and ``model``).
+    ``steps`` and ``eval_size`` (held-out prompts) override :data:`COMMON`'s.
+    """
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
@@ -60,38 +66,115 @@ def run_variant(name, seed=0, *, steps=None, eval_size=None, progress=False):
     eight = trainer.evaluate(num_samples=8)["samples"]
     solved = [any(s[3] for s in eight[i:i + 8]) for i in range(0, len(eight), 8)]
     generated = sum(m.get("sampled_groups", settings["batch_size"]) * settings["num_generations"] for m in history)
-    return {"before": trainer.evals[0]["accuracy"], "after": trainer.evals[-1]["accuracy"],
-            "pass@8": sum(solved) / len(solved), "len_right": mean("completion_length_correct"),
-            "len_wrong": mean("completion_length_wrong"), "entropy": mean("entropy"),
-            "truncated": mean("truncated_fraction"), "dead": mean("dead_group_fraction"), "generated": generated,
-            "seconds": seconds}
+    row = {"before": trainer.evals[0]["accuracy"], "after": trainer.evals[-1]["accuracy"],
+           "pass@8": sum(solved) / len(solved), "len_right": mean("completion_length_correct"),
+           "len_wrong": mean("completion_length_wrong"), "entropy": mean("entropy"),
+           "truncated": mean("truncated_fraction"), "dead": mean("dead_group_fraction"), "generated": generated,
+           "seconds": seconds, "clip": mean("clip_fraction"), "curve": [m["reward_mean"] for m in history]}
+    return row, {"trainer": trainer}
 
 
 def race(names=tuple(VARIANTS), seeds=(0,), *, steps=None, progress=False):
-    """{variant: [row per seed]} for every variant and seed (see :func:`run_variant`)."""
-    return {name: [run_variant(name, seed, steps=steps, progress=progress) for seed in seeds] for name in names}
+    """{variant: [row per seed]} for every variant and seed (see :func:`run_variant`); each row also
+    holds its ``seed``."""
+    return {name: [{**run_variant(name, seed, steps=steps, progress=progress)[0], "seed": seed} for seed in seeds]
+            for name in names}
+
+
+RACE_DIR = "variants-race"
+"""The folder under ``assets/`` that holds stored races (``--json`` files), read by :func:`stored_race`."""
+
+
+def stored_race(folder=None):
+    """Every stored race under ``assets/variants-race`` (or ``folder``), merged: ({variant: [rows]}, info).
+
+    Each row gains ``kernels``, the CPU kernels it ran on (``torch.backends.cpu.get_cpu_capability()``,
+    "DEFAULT" under ``ATEN_CPU_CAPABILITY=default``); ``info`` lists the files, their commands, seeds and
+    kernels. Lesson 12 reads the full race from here: eight variants over three seeds and two kernel
+    sets take about 20 minutes of one core, far beyond a lesson's three.
+    """
+    import json
+    from pathlib import Path
+
+    from grpo_edu.common import _checks
+    from grpo_edu.training.models import ASSETS
+
+    folder = Path(folder) if folder is not None else ASSETS / RACE_DIR
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        _checks.fail("folder", f"holds no race file (*.json) at {folder}",
+                     "make one with python -m grpo_edu.course.variants --seeds 0 1 2 --json FILE")
+    merged, info = {}, {"files": []}
+    for path in files:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        for name, rows in stored["results"].items():
+            merged.setdefault(name, []).extend({**row, "kernels": stored["cpu_capability"]} for row in rows)
+        info["files"].append({"file": path.name, "command": stored["command"], "kernels": stored["cpu_capability"],
+                              "seeds": sorted({row["seed"] for rows in stored["results"].values() for row in rows})})
+    return merged, info
+
+
+def step_times(names=tuple(VARIANTS), *, steps=6, warmup=2, seed=0):
+    """Seconds per training step of each variant, run one after another in this process (no
+    evaluation): {variant: {"s_per_step", "completions_per_step", "vs_grpo"}}. The race's own
+    ``seconds`` include evaluation and, when races run side by side, other processes' load; this
+    is the clean comparison (``grpo-edu variants --time``)."""
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    out = {}
+    for name in names:
+        settings = {**COMMON, **VARIANTS[name], "seed": seed, "eval_size": 0, "total_training_steps": warmup + steps}
+        trainer = GRPOTrainer(GRPOConfig.preset("sums", **settings))
+        for _ in range(warmup):
+            trainer.step()
+        start = time.perf_counter()
+        metrics = [trainer.step() for _ in range(steps)]
+        seconds = (time.perf_counter() - start) / steps
+        sampled = sum(m.get("sampled_groups", settings["batch_size"]) for m in metrics) / steps
+        out[name] = {"s_per_step": seconds, "completions_per_step": sampled * settings["num_generations"]}
+    base = out.get("grpo", next(iter(out.values())))["s_per_step"]
+    for row in out.values():
+        row["vs_grpo"] = row["s_per_step"] / base
+    return out
+
+
+def _cell(values):
+    """median [min, max] of a metric over runs (just the value for one run)."""
+    med = statistics.median(values)
+    return f"{med:.4g}" if len(values) == 1 else f"{med:.4g} [{min(values):.4g}, {max(values):.4g}]"
+
+
+def summary_rows(results, metrics=METRICS):
+    """One dict per variant: each metric as "median [min, max]" over its runs (for ``viz.Table``)."""
+    return [{"variant": name, **{m: _cell([r[m] for r in rows]) for m in metrics}} for name, rows in results.items()]
 
 
 def format_table(results):
     """One line per variant: the median over seeds, then [min, max] when there are several."""
-    def cell(values):
-        med = statistics.median(values)
-        return f"{med:.4g}" if len(values) == 1 else f"{med:.4g} [{min(values):.4g}, {max(values):.4g}]"
-    table = [["variant", *METRICS]] + [[name, *(cell([r[m] for r in rows]) for m in METRICS)]
-                                       for name, rows in results.items()]
+    rows = summary_rows(results)
+    table = [["variant", *METRICS]] + [[row["variant"], *(row[m] for m in METRICS)] for row in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.variants", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="grpo-edu variants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="default: 0")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--steps", type=int, default=None, help=f"default {COMMON['total_training_steps']}")
     parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON")
+    parser.add_argument("--time", action="store_true",
+                        help="instead of the race, time each variant's training step (seed 0, no evaluation)")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error("--steps must be ≥ 1")
+    if args.time:
+        rows = step_times(args.variants, steps=args.steps or 6)
+        for name, row in rows.items():
+            print(f"{name:12s} {row['s_per_step']:.3f} s/step  {row['vs_grpo']:.2f}× grpo  "
+                  f"{row['completions_per_step']:.0f} completions/step")
+        return 0
     start = time.perf_counter()
     results = race(args.variants, args.seeds, steps=args.steps, progress=True)
     print(format_table(results))
@@ -99,8 +182,15 @@ def main(argv=None):
     if args.json:
         import json
 
+        import sys
+
+        import torch
+
+        stored = {"command": "grpo-edu variants " + " ".join(sys.argv[1:] if argv is None else argv),
+                  "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                  "results": results}
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
+            json.dump(stored, f, indent=1)
     return 0
 
 

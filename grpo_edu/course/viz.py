@@ -570,7 +570,7 @@ def mix_bar(composition, ax=None):
 
 def memory_bars(rows, ax=None):
     """GPU memory per GPU as stacked bars, one per row of ``grpo_edu.beyond.memory.memory_table()``: each
-    part (weights, gradients, optimizer, reference model, KV cache) a colour, the total at the end."""
+    part (weights, gradients, optimizer, reference model, KV cache, logits) a colour, the total at the end."""
     rows = list(rows)
     parts = [k for k in rows[0] if k not in ("model", "GPUs", "ZeRO stage", "total GiB per GPU")]
     fig, ax = _axes(ax, (9.0, 0.55 * len(rows) + 1.6))
@@ -617,4 +617,63 @@ def pass_at_k_curves(curves, ax=None):
     ax.set_ylabel("pass@k")
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=8)
+    return fig
+
+
+# --- lesson 12: GRPO's variants -------------------------------------------------------------
+
+WEIGHT_VARIANTS = {
+    "grpo (token clip, ε = 0.2)": dict(loss_type="grpo"),
+    "gspo (sequence clip, ε = 3e-4 / 4e-4)": dict(loss_type="grpo", importance_sampling_level="sequence",
+                                                    epsilon=3e-4, epsilon_high=4e-4),
+    "cispo (weight capped at ε_max = 5)": dict(loss_type="cispo", epsilon_high=5.0),
+    "sapo (soft gate, τ = 1 / 1.05)": dict(loss_type="sapo"),
+}
+"""The variants :func:`variant_weights` draws: label → settings of ``grpo_loss``."""
+
+
+def variant_weights(ratios=None, variants=None):
+    """How hard each variant pushes a token once the policy has moved: the push −∂L/∂log π of a
+    one-token answer (``token_push`` with ``ratio=r``), divided by Â, against r = π_θ / π_θold.
+    Left Â = +1, right Â = −1. On-policy (r = 1) every variant gives 1: the same gradient.
+    (For GSPO the x axis is the answer's sequence ratio s_i; with one token s_i = r.)"""
+    from grpo_edu.core.losses import token_push
+
+    ratios = np.linspace(0.2, 3.0, 281) if ratios is None else np.asarray(ratios, dtype=float)
+    variants = WEIGHT_VARIANTS if variants is None else variants
+    fig = Figure(figsize=(10.0, 3.4), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    mask = np.ones((len(ratios), 1))
+    for ax, adv in zip(axes, (1.0, -1.0)):
+        styles = ((BLUE, 3.5, "-"), (GREY, 1.8, "--"), (GREEN, 1.6, "-"), (RED, 1.6, "-"))
+        for (label, settings), (color, width, dash) in zip(variants.items(), styles):
+            # N one-token answers, one per ratio; × N undoes the mean over answers ("grpo", "sapo")
+            # or over tokens ("cispo"), so each point is one answer's own push per unit of Â
+            push, _ = token_push(np.full(len(ratios), adv), mask, ratio=ratios[:, None], **settings)
+            ax.plot(ratios, push[:, 0].numpy() * len(ratios) / adv, color=color, lw=width, ls=dash, label=label,
+                    alpha=0.85)
+        ax.axvline(1.0, color="black", lw=0.6, ls=":")
+        ax.set_xlabel("r = π_θ / π_θold (GSPO: s_i)")
+        ax.set_title(f"Â = {adv:+g}", fontsize=10)
+    axes[0].set_ylabel("push on log π, per unit of Â")
+    axes[1].legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def race_curves(results, *, key="curve", ax=None):
+    """The race's training-reward curves (lesson 12): one line per variant, the median over its runs
+    at each step, with the runs' [min, max] band for ``grpo``. ``results``: {variant: [rows]} as
+    ``grpo_edu.course.variants.stored_race`` returns."""
+    fig, ax = _axes(ax, (8.0, 3.6))
+    palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf")
+    for (name, rows), color in zip(results.items(), palette):
+        curves = np.array([row[key] for row in rows], dtype=float)          # (runs, steps)
+        steps = np.arange(1, curves.shape[1] + 1)
+        ax.plot(steps, np.median(curves, axis=0), color=color, lw=3 if name == "grpo" else 1.4, label=name)
+        if name == "grpo":
+            ax.fill_between(steps, curves.min(axis=0), curves.max(axis=0), color=color, alpha=0.15, lw=0,
+                            label=f"grpo, [min, max] over {len(rows)} runs")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training reward (median over runs)")
+    ax.legend(fontsize=7, ncol=3, loc="lower right")
     return fig

@@ -150,6 +150,10 @@ class GRPOConfig:
     """Of each step's completions, only the top fraction by advantage may enter the buffer (source: 0.3–0.5)."""
     replay_min_advantage: float = 0.0
     """Only completions with advantage above this may enter the buffer (source: Â > 0)."""
+    replay_min_reward: float | None = None
+    """Only completions with reward at least this may enter the buffer (the source's "close to full score");
+    None = no threshold. Needed under a composite reward, where an all-wrong group still has answers with
+    Â > 0 (lesson 07): e.g. 1.0 when a right answer alone scores 1."""
     replay_refresh_every: int = 0
     """Every this many steps drop buffer samples older than replay_max_age steps (source: 10–20); 0 = never."""
     replay_max_age: int | None = None
@@ -236,6 +240,9 @@ class GRPOConfig:
             _checks.fail("replay_top_fraction", f"must be in (0, 1], got {self.replay_top_fraction!r}",
                          "pass e.g. 0.5 (the source: 0.3–0.5)")
         _checks.finite_float("replay_min_advantage", self.replay_min_advantage, fix="pass e.g. 0.0 (the source: Â > 0)")
+        if self.replay_min_reward is not None:
+            _checks.finite_float("replay_min_reward", self.replay_min_reward,
+                                 fix="pass e.g. 1.0 (a right answer's reward), or None for no threshold")
         _checks.positive_int("replay_refresh_every", self.replay_refresh_every, minimum=0)
         if self.replay_max_age is not None:
             _checks.positive_int("replay_max_age", self.replay_max_age, minimum=0)

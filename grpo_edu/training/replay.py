@@ -11,7 +11,9 @@ completion), its ``advantage`` Â and its ``reward`` R. The rules, made exact:
 
 * **admission** (准入): of the samples offered in one ``add`` call, only those with
   Â > ``min_advantage`` *and* in the top ``top_fraction`` of that call by advantage get in
-  (the source: Â > 0, top 30–50 %). "Top fraction" keeps the first ⌈top_fraction · n⌉ of the
+  (the source: Â > 0, top 30–50 %), and, when ``min_reward`` is set, with a reward R ≥ ``min_reward``
+  (the source's "reward close to full score": under a composite reward an all-wrong group still
+  has answers with Â > 0, which only the reward threshold keeps out). "Top fraction" keeps the first ⌈top_fraction · n⌉ of the
   call's n samples sorted by advantage, highest first; among equal advantages the one offered
   first ranks higher.
 * **capacity** (容量): a hard limit. When the buffer is full, the sample with the lowest
@@ -157,10 +159,13 @@ class _Entry:
 class ReplayBuffer:
     """A capped pool of good past samples; see the module docstring for the exact rules."""
 
-    def __init__(self, capacity, *, path=None, min_advantage=0.0, top_fraction=0.5, seed=None, writer=None):
+    def __init__(self, capacity, *, path=None, min_advantage=0.0, top_fraction=0.5, seed=None, writer=None,
+                 min_reward=None):
         self.capacity = _checks.positive_int("capacity", capacity)
         self.min_advantage = _checks.finite_float("min_advantage", min_advantage,
                                                   fix="pass e.g. 0.0 (the source: Â > 0)")
+        self.min_reward = None if min_reward is None else _checks.finite_float(
+            "min_reward", min_reward, fix="pass e.g. 1.0 (a right answer's reward), or None for no threshold")
         if not (isinstance(top_fraction, (int, float)) and 0 < top_fraction <= 1):
             _checks.fail("top_fraction", f"must be in (0, 1], got {top_fraction!r}", "pass e.g. 0.5 (the source: 0.3–0.5)")
         self.top_fraction = float(top_fraction)
@@ -195,7 +200,8 @@ class ReplayBuffer:
         offered = [s if isinstance(s, ReplaySample) else ReplaySample.from_dict(s) for s in samples]
         k = math.ceil(self.top_fraction * len(offered))
         ranked = sorted(range(len(offered)), key=lambda i: -offered[i].advantage)[:k]   # stable: first offered wins ties
-        candidates = [offered[i] for i in sorted(ranked) if offered[i].advantage > self.min_advantage]
+        candidates = [offered[i] for i in sorted(ranked) if offered[i].advantage > self.min_advantage
+                      and (self.min_reward is None or offered[i].reward >= self.min_reward)]
         added, evicted = [], []
         for sample in candidates:
             entry = _Entry(sample.advantage, round, self._next_seq, sample)

@@ -118,6 +118,7 @@ class GRPOTrainer:
         if config.uses_replay_buffer:                                  # a bad or busy buffer file fails now, unchanged
             self.replay_buffer = ReplayBuffer(config.replay_capacity, path=config.replay_path,
                                               min_advantage=config.replay_min_advantage,
+                                              min_reward=config.replay_min_reward,
                                               top_fraction=config.replay_top_fraction, seed=config.seed,
                                               writer=self.run_id)
             self._round_offset = self.replay_buffer.last_round()       # rounds continue a reopened file's
