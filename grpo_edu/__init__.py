@@ -54,6 +54,7 @@ checks every import in the source):
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
+    ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer

@@ -128,6 +128,22 @@ def _config_from(args):
     return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
+# --- check-answers ---------------------------------------------------------------------------
+def cmd_check_answers(args):
+    from grpo_edu.course.answers import format_table, read_class, write_csv
+
+    missing = [p for p in args.notebooks if not os.path.exists(p)]
+    if missing:
+        raise ValueError(f"notebooks: {', '.join(missing)} not found. Fix: pass the students' .ipynb files or "
+                         "the folder that holds them")
+    rows, _ = read_class(args.notebooks)
+    print(format_table(rows))
+    if args.csv:
+        write_csv(rows, args.csv)
+        print(f"wrote {args.csv}")
+    return 0
+
+
 # --- export --------------------------------------------------------------------------------
 def cmd_export(args):
     from grpo_edu.beyond.export import format_export, to_trl, to_verl
@@ -319,7 +335,10 @@ def cmd_diagnose(args):
 def build_parser():
     from grpo_edu.training.tasks import TASKS
 
+    import grpo_edu
+
     parser = argparse.ArgumentParser(prog="grpo-edu", description="Learn GRPO on a laptop CPU.")
+    parser.add_argument("--version", action="version", version=f"grpo-edu {grpo_edu.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="run GRPO (default: the bundled tiny model on two-digit addition)",
@@ -399,6 +418,15 @@ def build_parser():
     _add_config_flags(ex)
     _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)
+
+    ca = sub.add_parser("check-answers", help="a class's exercises at a glance, read from the students' saved "
+                                              "notebooks (never run)",
+                        description="Read students' executed lesson notebooks (files or folders) and print, per "
+                                    "lesson, student × exercise: passed, failed, unanswered, not run; and each "
+                                    "exercise's success rate. Nothing in the notebooks is executed.")
+    ca.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="a student's .ipynb, or a folder of them")
+    ca.add_argument("--csv", metavar="FILE", help="also write one line per student and exercise")
+    ca.set_defaults(func=cmd_check_answers)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
     sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")

@@ -329,3 +329,18 @@ def test_export_accepts_and_refuses_what_train_does(tmp_path, capsys):
         assert main(["train", *TINY[:-1], *argv, "--batch-size", "16"]) == 2     # train says the same
         assert message in capsys.readouterr().err
     assert main(["export", "verl", "--checkpoint-every", "3"]) == 0               # as train accepts it
+
+
+def test_version_prints_the_packages_version(capsys):
+    import tomllib
+
+    from grpo_edu import __version__
+    from grpo_edu.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"grpo-edu {__version__}"
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert project["version"] == __version__                     # one version, in the package and its metadata

@@ -14,17 +14,11 @@ from grpo_edu.course.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
 from grpo_edu.course.exercises import check, reveal
 
 
-def _advantages_by_hand(rewards):
-    mu = rewards.mean(axis=1, keepdims=True)
-    sigma = rewards.std(axis=1, ddof=1, keepdims=True)
-    out = np.zeros_like(rewards)
-    live = sigma[:, 0] > 0
-    out[live] = (rewards[live] - mu[live]) / (sigma[live] + 1e-4)
-    return out
-
-
-def _population_sigma(rewards):                      # the classic mistake: np.std divides by G
-    return (rewards - rewards.mean(axis=1, keepdims=True)) / (rewards.std(axis=1, keepdims=True) + 1e-4)
+def _policy_gradient_by_hand(logits, answers, advantages, minus_pi=True):
+    pi = np.exp(logits - logits.max())
+    pi /= pi.sum()
+    rows = [-adv * (np.eye(len(logits))[a] - (pi if minus_pi else 0)) for a, adv in zip(answers, advantages)]
+    return sum(rows) / len(rows)
 
 
 def _admitted_by_hand(advantages, top_fraction, min_advantage, last_wins=False):
@@ -48,10 +42,11 @@ def _collapsed_by_hand(rewards, smooth=True, floor_zero=False, peak_before_tail=
 
 
 CORRECT = {
-    "02.4": _advantages_by_hand,
+    "02.4": lambda z, a, adv: _policy_gradient_by_hand(z, a, adv),
     "03.4": lambda rewards: [len(set(row)) == 1 for row in rewards.tolist()],
-    "04.5": lambda r, a, eps: [-min(ri * ai, min(max(ri, 1 - eps), 1 + eps) * ai) for ri, ai in zip(r, a)],
-    "04.6": lambda lp, ref: np.exp(ref - lp) - (ref - lp) - 1,
+    "04.5": lambda r, a, eps: [0.0 if (ai > 0 and ri > 1 + eps) or (ai < 0 and ri < 1 - eps) else ri * ai
+                               for ri, ai in zip(r, a)],
+    "04.6": lambda lp, ref: 1 - np.exp(ref - lp),
     "05.6": lambda lp, mask: [sum(l for l, m in zip(row, mrow) if m) for row, mrow in zip(lp.tolist(), mask.tolist())],
     "06.5": lambda adv, top, m: _admitted_by_hand(adv.tolist(), top, m),
     "11.4": lambda n, c, k: 1 - math.comb(n - c, k) / math.comb(n, k),
@@ -68,13 +63,14 @@ CORRECT = {
 }
 
 WRONG = {
-    "02.4": [_population_sigma,
-             lambda r: (r - r.mean(axis=1, keepdims=True)) / r.std(axis=1, ddof=1, keepdims=True)],  # 0/0 = NaN
+    "02.4": [lambda z, a, adv: -_policy_gradient_by_hand(z, a, adv),              # the sign: ascent, not the loss
+             lambda z, a, adv: _policy_gradient_by_hand(z, a, adv, minus_pi=False),  # forgot the softmax's − π
+             lambda z, a, adv: _policy_gradient_by_hand(z, a, adv) * len(a)],        # a sum, not the mean
     "03.4": [lambda rewards: rewards.sum(axis=1) == 0],                      # only "all wrong" groups
-    "04.5": [lambda r, a, eps: -np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps)),      # Â missing in the clip
-             lambda r, a, eps: np.minimum(r * a, np.clip(r, 1 - eps, 1 + eps) * a)],   # the sign
-    "04.6": [lambda lp, ref: np.exp(lp - ref) - (lp - lp) - 1,              # ρ upside down
-             lambda lp, ref: lp - ref],                                       # k1, not k3
+    "04.5": [lambda r, a, eps: np.where(np.abs(r - 1) > eps, 0.0, r * a),             # clips both sides always
+             lambda r, a, eps: np.where((a > 0) & (r > 1 + eps) | (a < 0) & (r < 1 - eps), 0.0, a)],   # Â, not r·Â
+    "04.6": [lambda lp, ref: 1 - np.exp(lp - ref),                           # ρ upside down
+             lambda lp, ref: np.exp(ref - lp) - (ref - lp) - 1],              # k3's value, not its slope
     "05.6": [lambda lp, mask: lp.sum(axis=1),                                # counts the tokens after <eos>
              lambda lp, mask: (lp * mask).mean(axis=1)],                     # a mean, not the sum
     "06.5": [lambda adv, top, m: adv > m,                                    # no top-fraction cut
@@ -120,7 +116,7 @@ def test_wrong_functions_fail_with_the_input_and_a_hint(exercise_id, capsys):
 
 
 def test_the_inputs_include_dead_groups_and_are_seeded():
-    ex = EXERCISES["02.4"]
+    ex = EXERCISES["12.3"]
     rng_a, rng_b = np.random.default_rng(0), np.random.default_rng(0)
     tables = [ex.inputs(rng_a)[0] for _ in range(ex.trials)]
     assert all(np.array_equal(t, ex.inputs(rng_b)[0]) for t in tables)
@@ -128,11 +124,11 @@ def test_the_inputs_include_dead_groups_and_are_seeded():
 
 
 def test_the_stub_not_a_function_and_a_crash_are_handled(capsys):
-    assert check("02.4", lambda rewards: None) is False
+    assert check("12.3", lambda rewards: None) is False
     assert "not answered yet" in capsys.readouterr().out
-    assert check("02.4", None) is False
+    assert check("12.3", None) is False
     assert "not answered yet" in capsys.readouterr().out
-    assert check("02.4", 3) is False
+    assert check("12.3", 3) is False
     assert "pass your function itself" in capsys.readouterr().out
     assert check("04.6", lambda lp, ref: lp.nosuchmethod()) is False
     assert "raised AttributeError" in capsys.readouterr().out
@@ -143,9 +139,9 @@ def test_every_trial_counts():
 
     def right_only_at_first(rewards):
         calls.append(1)
-        return _advantages_by_hand(rewards) + (len(calls) > 1)
+        return CORRECT["12.3"](rewards) + np.float64(len(calls) > 1)
 
-    assert check("02.4", right_only_at_first) is False
+    assert check("12.3", right_only_at_first) is False
     assert len(calls) == 2
 
 
@@ -154,7 +150,7 @@ def test_the_message_shows_the_input_as_it_was_before_the_learners_function_ran(
         rewards[:] = 99.0                 # changes its argument, then returns a wrong result
         return rewards
 
-    assert check("02.4", vandal) is False
+    assert check("12.3", vandal) is False
     assert "99" not in capsys.readouterr().out.split("the library gives")[0]
 
 

@@ -165,6 +165,41 @@ def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, cap
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("0 ")]
     assert [r[1] for r in rows] == ["0%", "30%"]
     assert all(0 <= float(r[3]) <= 1 for r in rows)
+    assert forgetting.main(["--seeds", "0", "--ratios", "0.3", "--frozen"]) == 0
+    frozen = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("0 ")]
+    assert float(frozen[0][-3]) == 1.0               # a frozen notebook holds only addition's answers
+
+
+def test_a_frozen_notebook_admits_nothing_in_phase_b(tmp_path, monkeypatch, random_model, char_tokenizer):
+    from grpo_edu.course import forgetting
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    monkeypatch.setattr(forgetting, "PHASE_B_STEPS", 2)
+    notebook = tmp_path / "a.sqlite"
+    buffer = ReplayBuffer(100, path=notebook)
+    buffer.add([ReplaySample(r["prompt"], r["answer"], 1.0, 1.0) for r in ADD.split("train", 4)], round=1)
+    buffer.close()
+    start = GRPOTrainer(GRPOConfig(eval_size=0), model=random_model, tokenizer=char_tokenizer)
+    probes = {"addition": ADD.split("heldout", 2), "subtraction": SUB.split("heldout", 2)}
+    monkeypatch.setattr(GRPOTrainer, "step", _offering_step(GRPOTrainer.step))
+    for frozen, grows in ((True, False), (False, True)):
+        record = forgetting.phase_b(start, notebook, replay_ratio=0.3, learning_rate=1e-3, probes=probes,
+                                    progress=False, frozen=frozen)
+        assert (record.history[-1]["replay_buffer_size"] > 2) == grows, frozen
+        assert (record.notebook_share["addition"][-1] == 1.0) == (not grows)
+
+
+def _offering_step(step):
+    """The real step, after which a right subtraction answer with Â > 0 is offered as the trainer would."""
+    from grpo_edu.training.replay import ReplaySample
+
+    def wrapped(self):
+        metrics = step(self)
+        admitted = self.replay_buffer.add([ReplaySample("9-4=", "5", 1.0, 1.0)], round=self.step_count + 100)
+        metrics["replay_buffer_size"] = len(self.replay_buffer)
+        metrics["admitted_by_hand"] = admitted
+        return metrics
+    return wrapped
 
 
 def test_a_phase_stopped_midway_lets_go_of_its_buffer_file(tmp_path, monkeypatch, random_model, char_tokenizer):
@@ -180,3 +215,23 @@ def test_a_phase_stopped_midway_lets_go_of_its_buffer_file(tmp_path, monkeypatch
     with ReplayBuffer(10, path=path) as again:                       # the rerun can open it
         assert len(again) == 0
     assert stop.traceback
+
+
+def test_run_phase_records_whose_answers_the_notebook_holds(random_model, char_tokenizer):
+    from grpo_edu.training.replay import ReplaySample
+
+    t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=2, eval_size=0,
+                               replay_ratio=0.3), model=random_model, tokenizer=char_tokenizer)
+    add, sub = ADD.split("train", 3), SUB.split("train", 1)
+    t.replay_buffer.add([ReplaySample(r["prompt"], r["answer"], 1.0, 1.0) for r in add + sub], round=0)
+    t.replay_buffer.top_fraction = 1.0
+    probes = {"addition": ADD.split("heldout", 2), "subtraction": SUB.split("heldout", 2)}
+    before = len(t.replay_buffer)
+    record = run_phase(t, probes, probe_every=1, probe_samples=1, progress=False)
+    assert before == 2                                  # top half of the four offered: the first two additions
+    assert record.notebook_share["addition"][0] == 1.0 and record.notebook_share["subtraction"][0] == 0.0
+    assert all(abs(a + s - 1) < 1e-9 or (a + s) <= 1 for a, s in zip(record.notebook_share["addition"],
+                                                                     record.notebook_share["subtraction"]))
+    no_buffer = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0),
+                            model=random_model, tokenizer=char_tokenizer)
+    assert run_phase(no_buffer, probes, probe_every=1, probe_samples=1, progress=False).notebook_share == {}

@@ -34,21 +34,21 @@ HAND_COMPUTED = {
     "01.2": 600,                                   # min(600, 5 × 250)
     "01.3": 3,                                     # 6 × 8 = 48 completions / 16 per pass
     "01.4": 40,                                    # 1000 % 64
-    "01.5": 2000,                                  # 1000 steps × 2 optimizer updates each (TRL counts updates)
+    "01.5": 1800,                                  # 600 steps × 3 updates each; processes split, not add
     "02.1": 0.75 / (0.5 + 1e-4),                   # μ = 0.25, unbiased σ = √(0.75/3) = 0.5
-    "02.2": [0.0, 0.0, 0.0, 0.0],
+    "02.2": [-0.2, -0.2, -0.2, -0.2, 0.8],         # μ = 0.5; R − μ
     "02.3": 1.5,                                   # 2 − μ, μ = 0.5
     "03.1": 0.9 ** 4 + 0.1 ** 4,
-    "03.2": 0.9 ** 16 + 0.1 ** 16,
+    "03.2": 1 - (1 - (0.95 ** 16 + 0.05 ** 16)) ** 4,
     "03.3": (0.5 ** 2 + 0.5 ** 2) ** 4,
     "04.1": 1.2,                                   # min(1.5·1, 1.2·1)
-    "04.2": -0.8,                                  # min(0.5·(−1), 0.8·(−1))
+    "04.2": 2.56,                                  # min(1.35·2, 1.28·2)
     "04.3": 0.5 - math.log(0.5) - 1,               # ρ = π_ref/π_θ = 0.5
     "04.4": 1 / (2 * 8),                           # 1/(N·|o_i|)
     "05.1": 1.0,
-    "05.2": (7 / 8) / (math.sqrt(0.125) + 1e-4),   # unbiased σ² = (49/64 + 7/64)/7 = 1/8
+    "05.2": (2 / 3) / (math.sqrt(4 / 15) + 1e-4),  # μ = 1/3, unbiased σ² = (2·4/9 + 4·1/9)/5 = 4/15
     "05.3": 0.97 ** 8 + 0.03 ** 8,
-    "05.4": 0.5,
+    "05.4": 0.8 ** 4 + 0.2 ** 4,
     "05.5": -(0.75 / (0.5 + 1e-4)) / 8,             # −Â/(N·|o|), N = 8 with the dead group
     "06.1": 30,                                    # k/(70 + k) = 0.3 → k = 0.3·70/0.7
     "06.2": 0.2308,                                # 30/130
@@ -92,7 +92,7 @@ def test_default_run_exercises_follow_the_config():
 
     c = GRPOConfig()
     assert EXERCISES["08.1"].solution() == c.batch_size * c.num_generations          # TRL counts completions
-    assert EXERCISES["08.2"].solution() == pytest.approx(c.total_training_steps / (7600 // c.batch_size), abs=1e-3)
+    assert EXERCISES["08.2"].solution() == pytest.approx(2000 / (7600 // 24), abs=1e-3)
 
 
 def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():

@@ -177,13 +177,18 @@ def _optimizer_gib(name, n_gpus, stage):
     return parts["AdamW moments + fp32 master weights"]
 
 
-def _default_run_schedule():
-    """The schedule of ``GRPOConfig()`` on the addition task's train split."""
+def _run_schedule(**changes):
+    """The schedule of ``GRPOConfig(**changes)`` on its task's train split."""
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.tasks import get_task
 
-    config = GRPOConfig()
+    config = GRPOConfig(**changes)
     return config.schedule(len(get_task(config.task).split("train")))
+
+
+def _default_run_schedule():
+    """The schedule of ``GRPOConfig()`` on the addition task's train split."""
+    return _run_schedule()
 
 
 def _bundled_heldout(n=100, **sampling):
@@ -206,10 +211,17 @@ def _pass_at_k(n=100, k=8):
 
 # --- code exercises: references and seeded random inputs -----------------------------------
 
-def _group_advantages_ref(rewards):
-    from grpo_edu.core.advantages import group_advantages
+def _policy_gradient_ref(logits, answers, advantages):
+    """∂/∂logits of −(1/G) Σ Â_i log π(a_i): the mean of log_derivative_step's per-answer gradients."""
+    from grpo_edu.core.policy_gradient import log_derivative_step
 
-    return group_advantages(rewards)
+    grads = [log_derivative_step(logits, int(a), float(adv))[1]["grad"] for a, adv in zip(answers, advantages)]
+    return np.mean(grads, axis=0)
+
+
+def _policy_gradient_input(rng):
+    V, G = int(rng.integers(2, 7)), int(rng.integers(2, 9))
+    return rng.normal(0, 1.5, size=V), rng.integers(0, V, size=G), rng.normal(0, 1, size=G)
 
 
 def _rewards_input(rng):
@@ -226,30 +238,30 @@ def _zero_std_ref(rewards):
     return zero_std_groups(rewards)
 
 
-def _clipped_loss_ref(ratio, advantage, epsilon):
-    """−min(r·Â, clip(r, 1 − ε, 1 + ε)·Â) per token, one ``grpo_loss`` call per token."""
-    import torch
-
-    from grpo_edu.core.losses import grpo_loss
-
-    out = []
-    for r, a in zip(ratio, advantage):
-        logprobs = torch.tensor([[math.log(r)]], dtype=torch.float64)
-        loss, _ = grpo_loss(logprobs, torch.zeros_like(logprobs), torch.tensor([float(a)], dtype=torch.float64),
-                            torch.ones_like(logprobs), epsilon=epsilon)
-        out.append(loss.item())
-    return np.array(out)
-
-
 def _clip_input(rng):
     n = int(rng.integers(3, 9))
     return (rng.uniform(0.5, 1.6, size=n), rng.normal(0, 1.5, size=n), float(rng.choice([0.1, 0.2, 0.3])))
 
 
-def _k3_ref(logprobs, ref_logprobs):
+def _clip_push_ref(ratio, advantage, epsilon):
+    """d min(r·Â, clip(r)·Â) / d log π_θ per token: grpo_loss's own gradient (token_push, one-token answers)."""
+    from grpo_edu.core.losses import token_push
+
+    n = len(ratio)
+    push, _ = token_push(np.asarray(advantage, dtype=float), np.ones((n, 1)), ratio=np.asarray(ratio)[:, None],
+                         epsilon=float(epsilon))
+    return (push[:, 0] * n).numpy()                      # × N undoes the mean over the N one-token answers
+
+
+def _k3_slope_ref(logprobs, ref_logprobs):
+    """d k3 / d log π_θ per token, by autograd through the library's kl_estimate."""
+    import torch
+
     from grpo_edu.core.kl import kl_estimate
 
-    return kl_estimate(logprobs, ref_logprobs, kind="k3")
+    lp = torch.tensor(np.asarray(logprobs, dtype=float), requires_grad=True)
+    kl_estimate(lp, torch.tensor(np.asarray(ref_logprobs, dtype=float)), kind="k3").sum().backward()
+    return lp.grad.numpy()
 
 
 def _logprob_input(rng):
@@ -456,10 +468,12 @@ EXERCISES: dict[str, Any] = {
                      lambda: _schedule(dataset_size=1000, batch_size=64, num_generations=8,
                                        total_epochs=1).dropped_per_epoch,
                      "the incomplete last batch is dropped: dataset_size % batch_size."),
-    "01.5": Exercise("A grpo_edu run of 1000 steps uses num_iterations = 2. How many steps does TRL's log show "
-                     "for the same run, since TRL counts optimizer updates?",
-                     lambda: _trl_steps(1000, 2),
-                     "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates."),
+    "01.5": Exercise("A grpo_edu run of 600 steps with num_iterations = 3, run on 2 processes with 4 "
+                     "micro-batches of gradient accumulation each. How many steps does TRL's log show for the "
+                     "same run, since TRL counts optimizer updates?",
+                     lambda: _trl_steps(600, 3),
+                     "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates; processes "
+                     "and micro-batches split one update, they add none."),
     # lesson 06: data replay
     "06.1": Exercise("A step has 70 new completions and replay_ratio = 0.3. How many replayed samples join them?",
                      lambda: _replay_count(70, 0.3),
@@ -553,26 +567,29 @@ EXERCISES: dict[str, Any] = {
                      "correct answer? (4 decimals)",
                      lambda: _adv([1, 0, 0, 0])[0],
                      "μ = 0.25; σ is the unbiased std (divide by G − 1 = 3)."),
-    "02.2": Exercise("Rewards [0.5, 0.5, 0.5, 0.5]. What are the four advantages?",
-                     lambda: _adv([0.5, 0.5, 0.5, 0.5]),
-                     "every answer is exactly average: there is nothing to prefer."),
+    "02.2": Exercise("A reward model adds 0.3 to every answer: rewards [0.3, 0.3, 0.3, 0.3, 1.3]. What are the "
+                     "five advantages with scale='none' (a list)?",
+                     lambda: [round(a, 4) for a in _adv([0.3, 0.3, 0.3, 0.3, 1.3], scale="none")],
+                     "scale='none' only subtracts the group mean μ = 0.5; the common 0.3 cancels."),
     "02.3": Exercise("Rewards [2, 0, 0, 0] with scale='none' (Dr. GRPO). Advantage of the first answer?",
                      lambda: _adv([2, 0, 0, 0], scale="none")[0],
                      "scale='none' only subtracts the group mean."),
-    "02.4": CodeExercise("Write my_group_advantages(rewards): rewards is a (B, G) numpy array; return the (B, G) "
-                         "array Â = (R − μ)/(σ + 1e-4) per row, σ unbiased, and exactly 0 for a row whose "
-                         "rewards are all equal.",
-                         _group_advantages_ref, _rewards_input,
-                         "μ and σ are per row (axis=1, keepdims=True); σ divides by G − 1 (ddof=1); a row with "
-                         "σ = 0 must give 0, not NaN.", tolerance=1e-3),
+    "02.4": CodeExercise("Write my_policy_gradient(logits, answers, advantages): a softmax policy over V answers "
+                         "(logits, shape (V,)), G sampled answers (integers) and their advantages; return the "
+                         "gradient of the loss L = −(1/G) Σ_i Â_i · log π(answers_i) with respect to the logits, "
+                         "shape (V,).",
+                         _policy_gradient_ref, _policy_gradient_input,
+                         "one answer gives −Â·(onehot(a) − π) (section 2); the loss is the mean over the G "
+                         "answers, so average those vectors. π = softmax(logits)."),
     # lesson 03: zero-σ groups
     "03.1": Exercise("A prompt is solved with probability p = 0.9 and G = 4. Chance that its group is dead? "
                      "(4 decimals)",
                      lambda: round(_dead(0.9, 4), 4),
                      "dead = all right or all wrong: p^G + (1 − p)^G.", tolerance=1e-4),
-    "03.2": Exercise("Same p = 0.9, but G = 16. Chance that the group is dead? (4 decimals)",
-                     lambda: round(_dead(0.9, 16), 4),
-                     "p^G + (1 − p)^G with G = 16.", tolerance=1e-4),
+    "03.2": Exercise("A step holds B = 4 prompts, each solved with p = 0.95, and G = 16. Chance that *at least "
+                     "one* of the four groups is dead? (4 decimals)",
+                     lambda: round(1 - (1 - _dead(0.95, 16)) ** 4, 4),
+                     "one group is dead with d = p^G + (1 − p)^G; none of four is with (1 − d)^4.", tolerance=1e-4),
     "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
                      lambda: round(_dead(0.5, 2, 4), 4),
                      "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
@@ -585,9 +602,9 @@ EXERCISES: dict[str, Any] = {
                      "What is this token's objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â)?",
                      lambda: _objective(1.5, 1.0),
                      "clip(1.5, 0.8, 1.2) = 1.2; take the smaller of 1.5·Â and 1.2·Â."),
-    "04.2": Exercise("ε = 0.2, Â = −1, r = 0.5. What is the token's objective? (the min picks the worse case)",
-                     lambda: _objective(0.5, -1.0),
-                     "r·Â = −0.5 and clip(0.5, 0.8, 1.2)·Â = −0.8; min takes the smaller (more negative) one."),
+    "04.2": Exercise("Clip-higher: ε_low = 0.2, ε_high = 0.28, Â = +2, r = 1.35. What is the token's objective?",
+                     lambda: round(_objective(1.35, 2.0, epsilon=0.2, epsilon_high=0.28), 4),
+                     "clip(1.35, 0.8, 1.28) = 1.28; min(1.35·2, 1.28·2).", tolerance=1e-4),
     "04.3": Exercise("The policy gives a token probability 0.5, the reference model 0.25. "
                      "What is the k3 estimate of the KL for this token? (4 decimals)",
                      lambda: round(_k3(0.5, 0.25), 4),
@@ -596,31 +613,37 @@ EXERCISES: dict[str, Any] = {
                      "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
                      lambda: _token_weight((2, 8), "grpo", 1),
                      "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
-    "04.5": CodeExercise("Write my_clipped_loss(ratio, advantage, epsilon): ratio and advantage are numpy arrays, "
-                         "one entry per token; return each token's loss −min(r·Â, clip(r, 1 − ε, 1 + ε)·Â).",
-                         _clipped_loss_ref, _clip_input,
-                         "np.clip(ratio, 1 - epsilon, 1 + epsilon); np.minimum of the two products; "
-                         "then the minus sign."),
-    "04.6": CodeExercise("Write my_k3(logprobs, ref_logprobs): numpy arrays of log π_θ and log π_ref of the sampled "
-                         "tokens; return the k3 estimate per token.",
-                         _k3_ref, _logprob_input,
-                         "with log ρ = ref_logprobs − logprobs: k3 = exp(log ρ) − log ρ − 1."),
+    "04.5": CodeExercise("Write my_clip_push(ratio, advantage, epsilon): ratio and advantage are numpy arrays, "
+                         "one entry per token; return how hard the clipped objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â) "
+                         "pushes each token's log-probability: its derivative with respect to log π_θ (which "
+                         "is r·Â where the unclipped term is the smaller one, and 0 where the clip binds).",
+                         _clip_push_ref, _clip_input,
+                         "d(r·Â)/d log π = r·Â, since dr/d log π = r; the clipped term is a constant. The clip "
+                         "binds where r > 1 + ε with Â > 0, or r < 1 − ε with Â < 0."),
+    "04.6": CodeExercise("Write my_k3_slope(logprobs, ref_logprobs): numpy arrays of log π_θ and log π_ref of the "
+                         "sampled tokens; return the derivative of each token's k3 = ρ − log ρ − 1 "
+                         "(ρ = π_ref/π_θ) with respect to its log π_θ: how the KL term pushes that token.",
+                         _k3_slope_ref, _logprob_input,
+                         "log ρ = ref − logprobs, so d log ρ / d log π_θ = −1 and dρ/d log π_θ = −ρ: the slope "
+                         "is −ρ + 1."),
     # lesson 05: one GRPO step, short runs
     "05.1": Exercise("On the first update of a batch, π_θ is still the policy that sampled the answers. "
                      "What is the mean probability ratio r = π_θ / π_θold?",
                      _on_policy_ratio,
                      "the same model gave the same log-probabilities: exp(logprobs − old_logprobs) = exp(0)."),
-    "05.2": Exercise("One group of G = 8 answers has rewards [1, 0, 0, 0, 0, 0, 0, 0]. What is the advantage "
-                     "of the single right answer? (4 decimals)",
-                     lambda: round(_adv([1, 0, 0, 0, 0, 0, 0, 0])[0], 4),
-                     "μ = 1/8; σ is the unbiased std of the 8 rewards; Â = (1 − μ)/(σ + 1e-4).", tolerance=1e-4),
+    "05.2": Exercise("One group of G = 6 answers has rewards [1, 1, 0, 0, 0, 0]. What is the advantage of each "
+                     "right answer? (4 decimals)",
+                     lambda: round(_adv([1, 1, 0, 0, 0, 0])[0], 4),
+                     "μ = 1/3; σ is the unbiased std of the 6 rewards (divide by 5); Â = (1 − μ)/(σ + 1e-4).",
+                     tolerance=1e-4),
     "05.3": Exercise("At temperature 0.3 the bundled model answers about 97 % of the prompts right (p = 0.97). "
                      "With G = 8, what share of groups do you expect to be dead? (4 decimals)",
                      lambda: round(_dead(0.97, 8), 4),
                      "dead = all right or all wrong: p^G + (1 − p)^G.", tolerance=1e-4),
-    "05.4": Exercise("G = 2 and the model is right with p = 0.5. What is the chance that a group is dead?",
-                     lambda: _dead(0.5, 2),
-                     "two answers: both right (p²) or both wrong ((1 − p)²)."),
+    "05.4": Exercise("G = 4 and the model is right with p = 0.8. What is the chance that a group is dead? "
+                     "(4 decimals)",
+                     lambda: round(_dead(0.8, 4), 4),
+                     "all four right (p⁴) or all four wrong ((1 − p)⁴).", tolerance=1e-4),
     "05.5": Exercise("A step has two groups of G = 4: rewards [1, 0, 0, 0] and [0, 0, 0, 0]. Every answer is one "
                      "token long; it is the first update (r = 1), β = 0, loss_type = 'grpo'. The loss is 0. What "
                      "is ∂loss/∂log π of the right answer's token? (4 decimals)",
@@ -637,10 +660,10 @@ EXERCISES: dict[str, Any] = {
                      "accumulation, what per_device_train_batch_size gives TRL the same step?",
                      lambda: _default_run_schedule().completions_per_step,
                      "TRL counts completions, not prompts: B · G."),
-    "08.2": Exercise("How many epochs (passes over the 7600 train prompts) does the default 1500-step run "
-                     "make? (3 decimals)",
-                     lambda: round(_default_run_schedule().epochs_completed, 3),
-                     "steps per epoch = 7600 // 16; epochs = 1500 / steps per epoch."),
+    "08.2": Exercise("The default run with batch_size = 24 instead of 16, for 2000 steps: how many epochs "
+                     "(passes over the 7600 train prompts) does it make? (3 decimals)",
+                     lambda: round(_run_schedule(batch_size=24, total_training_steps=2000).epochs_completed, 3),
+                     "steps per epoch = 7600 // 24 (the incomplete last batch is dropped); epochs = 2000 / that."),
     "08.3": Exercise("Greedy accuracy (temperature 0) of the bundled model on the first 100 held-out prompts?",
                      lambda: sum(_bundled_heldout(100, temperature=0)) / 100,
                      "evaluate(model, tokenizer, task.split('heldout', 100), task, temperature=0)['accuracy']."),
@@ -706,8 +729,8 @@ PREDICTIONS: dict[str, Prediction] = {
     "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
                         "gradient coming from the 4 live groups becomes what fraction of what it was?",
                         tolerance=0.05),
-    "04.P1": Prediction("Â = +1, ε = 0.2, and an update has moved the token the wrong way: r = 0.7, below "
-                        "1 − ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
+    "04.P1": Prediction("Â = −1, ε = 0.2, and an update has moved the token the wrong way: r = 1.5, above "
+                        "1 + ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
                         choices=("zero", "not zero")),
     "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
                         "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),

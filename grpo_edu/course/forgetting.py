@@ -31,6 +31,10 @@ class PhaseRecord:
     """{task name: held-out accuracy at each of ``steps``}."""
     entropy: dict = field(default_factory=dict)
     """{task name: mean token entropy of the policy's answers to that task, at each of ``steps``}."""
+    notebook_share: dict = field(default_factory=dict)
+    """{task name: share of the replay buffer's samples that answer that task's prompts, at each of ``steps``}
+    (empty without a buffer). Replayed rows are drawn uniformly from the buffer, so this is also the share
+    of that task among the rows a step replays."""
     history: list = field(default_factory=list)
     """The trainer's metrics dict of every step."""
     seconds: float = 0.0
@@ -75,6 +79,7 @@ def run_phase(trainer, probes, *, probe_every, probe_samples=2, progress=True, d
     c = trainer.config
     record = PhaseRecord(replay_ratio=c.replay_ratio, accuracy={name: [] for name in probes},
                          entropy={name: [] for name in probes})
+    prompts_of = {name: {r["prompt"] for r in get_task(name).split("train")} for name in probes}
     t0 = time.perf_counter()
 
     def measure():
@@ -87,6 +92,11 @@ def run_phase(trainer, probes, *, probe_every, probe_samples=2, progress=True, d
         for name, (accuracy, entropy) in scores.items():
             record.accuracy[name].append(accuracy)
             record.entropy[name].append(entropy)
+        if trainer.replay_buffer is not None:                       # what a replayed row is likely to be
+            questions = [sample.question for sample in trainer.replay_buffer.samples()]
+            for name, prompts in prompts_of.items():
+                share = sum(q in prompts for q in questions) / len(questions) if questions else 0.0
+                record.notebook_share.setdefault(name, []).append(share)
 
     measure()
     total = trainer.schedule.total_steps
@@ -132,11 +142,18 @@ def phase_a(model, tokenizer, notebook_file, *, seed=0, probes=None, progress=Tr
     return trainer, record
 
 
-def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes=None, progress=True):
+FROZEN = 1e9
+"""A ``replay_min_reward`` no answer reaches: the buffer admits nothing, so the notebook stays phase A's."""
+
+
+def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes=None, progress=True, frozen=False):
     """GRPO on task B for PHASE_B_STEPS steps from the policy of trainer ``start`` (phase A's),
     replaying a fresh copy of phase A's buffer file at ``replay_ratio``. Returns a PhaseRecord.
 
     Every run gets its own copy of the file, so each starts from the same notebook of A's answers.
+    By default phase B keeps offering its own good answers to the notebook, as the article's does, so
+    B's answers take a growing share of what is replayed (``PhaseRecord.notebook_share``);
+    ``frozen=True`` admits nothing, so every replayed row is one of A's answers.
     """
     import copy
     import shutil
@@ -146,10 +163,12 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
     from grpo_edu.training.trainer import GRPOTrainer
 
     notebook_file = Path(notebook_file)
-    notebook = notebook_file.with_name(f"{notebook_file.stem}_lr{learning_rate:g}_replay{replay_ratio:g}.sqlite")
+    notebook = notebook_file.with_name(f"{notebook_file.stem}_lr{learning_rate:g}_replay{replay_ratio:g}"
+                                       f"{'_frozen' if frozen else ''}.sqlite")
     shutil.copy(notebook_file, notebook)
     trainer = GRPOTrainer(GRPOConfig(task=TASK_B, total_training_steps=PHASE_B_STEPS, learning_rate=learning_rate,
-                                     eval_size=0, seed=seed, replay_ratio=replay_ratio, replay_path=str(notebook)),
+                                     eval_size=0, seed=seed, replay_ratio=replay_ratio, replay_path=str(notebook),
+                                     replay_min_reward=FROZEN if frozen else None),
                           model=copy.deepcopy(start.model), tokenizer=start.tokenizer)
     try:
         record = run_phase(trainer, probes or default_probes(), probe_every=25, probe_samples=PROBE_SAMPLES,
@@ -172,11 +191,13 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.1, 0.3, 0.5])
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="phase B's (default 1e-3)")
+    parser.add_argument("--frozen", action="store_true",
+                        help="phase B admits nothing to the notebook: every replayed row is one of A's answers")
     args = parser.parse_args(argv)
     print(f"phase A: {PHASE_A_STEPS} steps of {TASK_A}; phase B: {PHASE_B_STEPS} steps of {TASK_B} at lr "
           f"{args.learning_rate:g}; held-out accuracy on {PROBE_ROWS} prompts × {PROBE_SAMPLES} samples per task")
     print(f"{'seed':>4} {'replay':>6} | {TASK_A + ' before':>16} {'lowest':>7} {'after':>6} | "
-          f"{TASK_B + ' before':>19} {'after':>6} | {'seconds':>7}")
+          f"{TASK_B + ' before':>19} {'after':>6} | {TASK_A + ' share at end':>20} | {'seconds':>7}")
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as folder:
             model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
@@ -185,10 +206,11 @@ def main(argv=None):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")            # ratios outside 10–50 % warn; asked for here
                     r = phase_b(start, Path(folder) / "a.sqlite", replay_ratio=ratio,
-                                learning_rate=args.learning_rate, seed=seed, progress=False)
+                                learning_rate=args.learning_rate, seed=seed, progress=False, frozen=args.frozen)
                 a, b = r.accuracy[TASK_A], r.accuracy[TASK_B]
+                kept = r.notebook_share[TASK_A][-1] if ratio > 0 else float("nan")   # of the rows replayed
                 print(f"{seed:>4} {ratio:>6.0%} | {a[0]:>16.3f} {min(a):>7.3f} {a[-1]:>6.3f} | "
-                      f"{b[0]:>19.3f} {b[-1]:>6.3f} | {r.seconds:>7.1f}", flush=True)
+                      f"{b[0]:>19.3f} {b[-1]:>6.3f} | {kept:>20.3f} | {r.seconds:>7.1f}", flush=True)
     return 0
 
 
