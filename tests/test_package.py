@@ -154,3 +154,14 @@ def test_every_faq_link_points_at_a_lesson_heading_that_exists():
                     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"] if cell["cell_type"] == "markdown"
                     for line in "".join(cell["source"]).splitlines() if re.match(r"#{1,4} ", line)}
         assert anchor in headings, f"docs/FAQ.md links {notebook}#{anchor}, which is no heading there"
+
+
+def test_the_instructors_guide_covers_every_lesson_and_its_polls_exist():
+    from grpo_edu.course.exercise_bank import PREDICTIONS
+
+    text = (ROOT / "docs" / "INSTRUCTORS.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| (\d\d[a-z]?) ", text, re.M)
+    lessons = sorted(p.stem.split("_")[0] for p in (ROOT / "lessons").glob("*.ipynb"))
+    assert listed == lessons, "docs/INSTRUCTORS.md's lesson table must list every lesson once, in order"
+    polls = re.findall(r"^\| (\d\d\.P\d+) ", text, re.M)
+    assert polls and set(polls) <= set(PREDICTIONS)
