@@ -55,6 +55,8 @@ checks every import in the source):
     ``screenshots``     the README's pictures
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)
+    ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
+    ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer

@@ -128,6 +128,18 @@ def _config_from(args):
     return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
+# --- lessons ------------------------------------------------------------------------------------
+def cmd_lessons(args):
+    from grpo_edu.course.copy_lessons import copy_lessons
+
+    written, info = copy_lessons(args.folder, force=args.force)
+    for path, backup in info["kept"].items():
+        print(f"kept your version of {path.name} as {backup.name}")
+    print(f"{len(written)} lesson(s) written to {args.folder}, {len(info['unchanged'])} already up to date. "
+          f"Open them with: jupyter lab {args.folder}")
+    return 0
+
+
 # --- check-answers ---------------------------------------------------------------------------
 def cmd_check_answers(args):
     from grpo_edu.course.answers import format_table, read_class, write_csv
@@ -419,6 +431,14 @@ def build_parser():
     _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)
 
+    le = sub.add_parser("lessons", help="copy the lessons into a folder of your own, to work in",
+                        description="Copy the course's lesson notebooks into FOLDER (created if missing). A copy you "
+                                    "have changed is never overwritten unless you pass --force, and then your version "
+                                    "is kept beside it.")
+    le.add_argument("folder", metavar="FOLDER")
+    le.add_argument("--force", action="store_true", help="update changed copies too (keeping yours as a backup)")
+    le.set_defaults(func=cmd_lessons)
+
     ca = sub.add_parser("check-answers", help="a class's exercises at a glance, read from the students' saved "
                                               "notebooks (never run)",
                         description="Read students' executed lesson notebooks (files or folders) and print, per "
@@ -433,6 +453,8 @@ def build_parser():
     sub.add_parser("bench", help="time the trainer against the bare PyTorch floor and TRL (grpo-edu bench --help)")
     sub.add_parser("lesson-times", help="time every lesson here and scaled to the slowest laptop, against its "
                                         "budget (grpo-edu lesson-times --help)")
+    sub.add_parser("doctor", help="check this machine before class: Python, PyTorch, widgets, a notebook kernel, "
+                                  "the bundled models, and each lesson's expected time (grpo-edu doctor --help)")
     sub.add_parser("variants", help="race GRPO's variants on lesson 11's model and print lesson 12's table "
                                     "(grpo-edu variants --help)")
     parser.value_flags = {flag for sp in sub.choices.values() for action in sp._actions
@@ -453,7 +475,8 @@ def join_negative_values(argv, value_flags):
 
 
 PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench",
-                "lesson-times": "grpo_edu.course.lesson_times", "variants": "grpo_edu.course.variants"}
+                "lesson-times": "grpo_edu.course.lesson_times", "variants": "grpo_edu.course.variants",
+                "doctor": "grpo_edu.course.doctor"}
 """Subcommands whose flags belong to their own module's parser."""
 
 

@@ -1,0 +1,196 @@
+"""``grpo-edu doctor``: will the lessons run on this machine, and how long will each take?
+
+The check a student runs before class and an instructor runs on a JupyterHub image. Each item is
+✓ or ✗ with the fix; the command exits 1 when anything would stop a lesson. The items:
+
+* Python's version (the course needs 3.10 or newer);
+* PyTorch's version and build (CPU, CUDA with its GPU, or Apple's MPS);
+* ipywidgets and JupyterLab's widget support (the lessons' sliders);
+* a notebook kernel starts and runs a line (lessons are notebooks);
+* the bundled models load, and their weights match the checksums recorded in ``assets/CHECKSUMS.json``;
+* a 20-step training run, timed: this machine's bench step, and from it each lesson's expected time
+  (the README's measured times, scaled), against the 3-minute budget. Speed never fails the check.
+"""
+
+import hashlib
+import importlib
+import json
+import sys
+from dataclasses import dataclass
+
+CHECKSUMS = "CHECKSUMS.json"
+"""The file under ``assets/`` that records each bundled model file's SHA-256."""
+
+MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks")
+CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
+
+REFERENCE_STEP_MS = 35.0
+REFERENCE_TIMES_S = {
+    "01_batch_step_epoch": 2.4, "02_group_advantage": 4.0, "03_zero_sigma": 2.8, "04_clipped_loss": 2.8,
+    "04b_kl_and_loss_types": 4.4, "05_toy_grpo": 51.7, "06_data_replay": 54.3, "07_reward_design": 22.7,
+    "08_full_grpo_run": 68.1, "09_diagnostics_clinic": 80.6, "10_graduation": 37.2, "11_long_answers": 63.8,
+    "12_variants": 36.0,
+}
+"""Each lesson's time under the README's test command on the project's 2-core CPU, where the bench step read
+35.0 ms (the README's lesson-time table). A machine whose step is s ms takes about s / 35 times as long."""
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self):
+        mark = "✓" if self.ok else "✗"
+        return f"{mark} {self.name}: {self.detail}" + ("" if self.ok or not self.fix else f"\n    fix: {self.fix}")
+
+
+def check_python(version_info=None):
+    v = version_info or sys.version_info
+    ok = (v[0], v[1]) >= (3, 10)
+    return Check("Python", ok, f"{v[0]}.{v[1]}.{v[2]}", "install Python 3.10 or newer and reinstall the course")
+
+
+def check_torch():
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return Check("PyTorch", False, "not installed", "pip install torch==2.13.0 (the CPU build the README uses)")
+    if torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}"
+    elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        build = "Apple MPS"
+    else:
+        build = f"CPU ({torch.backends.cpu.get_cpu_capability()} kernels)"
+    return Check("PyTorch", True, f"{torch.__version__}, {build}")
+
+
+def check_widgets():
+    missing = []
+    versions = []
+    for name in ("ipywidgets", "jupyterlab_widgets"):
+        try:
+            versions.append(f"{name} {importlib.import_module(name).__version__}")
+        except ImportError:
+            missing.append(name)
+    if missing:
+        return Check("widgets", False, f"{', '.join(missing)} missing: the lessons' sliders will not show",
+                     f"pip install {' '.join(missing)}")
+    return Check("widgets", True, ", ".join(versions))
+
+
+def check_kernel(timeout=60):
+    """A python3 kernel is installed, starts, and runs ``1 + 1``."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+        from jupyter_client.manager import start_new_kernel
+    except ImportError:
+        return Check("notebook kernel", False, "jupyter_client missing", "pip install jupyter")
+    fix = f"{sys.executable} -m pip install ipykernel && {sys.executable} -m ipykernel install --user"
+    if "python3" not in KernelSpecManager().find_kernel_specs():
+        return Check("notebook kernel", False, "no python3 kernel is installed", fix)
+    try:
+        manager, client = start_new_kernel(kernel_name="python3", startup_timeout=timeout)
+        try:
+            reply = client.execute_interactive("1 + 1", timeout=timeout, output_hook=lambda msg: None)
+        finally:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+    except Exception as err:                                   # noqa: BLE001 - any failure means no kernel
+        return Check("notebook kernel", False, f"the python3 kernel did not start ({type(err).__name__}: {err})", fix)
+    ok = reply["content"]["status"] == "ok"
+    return Check("notebook kernel", ok, "python3 starts and runs a cell" if ok else "python3 failed to run a cell", fix)
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def record_checksums(assets=None):
+    """Write ``assets/CHECKSUMS.json`` from the bundled models as they are now (after rebuilding one)."""
+    from grpo_edu.training.models import ASSETS
+
+    assets = assets or ASSETS
+    sums = {f"{folder}/{name}": sha256(assets / folder / name) for folder in MODEL_FOLDERS for name in CHECKED_FILES}
+    (assets / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n", encoding="utf-8")
+    return sums
+
+
+def check_models(assets=None):
+    """Every bundled model file matches its recorded SHA-256, and every model loads."""
+    from grpo_edu.training.models import ASSETS, load_model_and_tokenizer
+
+    assets = assets or ASSETS
+    fix = "reinstall the course (README); if you rebuilt a model on purpose, record it with " \
+          "python -c 'from grpo_edu.course.doctor import record_checksums; record_checksums()'"
+    try:
+        recorded = json.loads((assets / CHECKSUMS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Check("bundled models", False, f"{assets / CHECKSUMS} is missing or unreadable", fix)
+    bad = [name for name, digest in recorded.items()
+           if not (assets / name).exists() or sha256(assets / name) != digest]
+    if bad:
+        return Check("bundled models", False, f"{', '.join(bad)} differ from the recorded checksums (damaged or "
+                                              "changed)", fix)
+    for folder in MODEL_FOLDERS:
+        try:
+            load_model_and_tokenizer(str(assets / folder))
+        except Exception as err:                               # noqa: BLE001 - report, do not crash
+            return Check("bundled models", False, f"{folder} does not load ({type(err).__name__}: {err})", fix)
+    return Check("bundled models", True, f"{len(MODEL_FOLDERS)} models load; {len(recorded)} files match their checksums")
+
+
+def expected_lesson_times(step_ms):
+    """{lesson: expected seconds on a machine whose bench step is ``step_ms``}."""
+    return {lesson: seconds * step_ms / REFERENCE_STEP_MS for lesson, seconds in REFERENCE_TIMES_S.items()}
+
+
+def check_speed(steps=20, measure=None):
+    """A ``steps``-step training run, timed (one thread, as each test worker has); never fails."""
+    from grpo_edu.beyond.bench import step_ms
+    from grpo_edu.course.lesson_times import LESSON_BUDGET_S
+
+    ms = (measure or step_ms)(rounds=1, steps=steps, warmup=2)
+    times = expected_lesson_times(ms)
+    slow = [lesson for lesson, s in times.items() if s > LESSON_BUDGET_S]
+    detail = (f"{ms:.1f} ms per training step ({steps} steps, one thread); expected lesson times: "
+              + ", ".join(f"{lesson[:2] if lesson[2] == '_' else lesson[:3]} {s:.0f} s" for lesson, s in times.items()))
+    if slow:
+        detail += f". Over 3 minutes here: {', '.join(slow)} (plan extra time for them)"
+    return Check("speed", True, detail)
+
+
+def doctor(*, kernel=True, speed=True):
+    """Run every check: ``(checks, info)``; ``info["ok"]`` is False when anything would stop a lesson."""
+    checks = [check_python(), check_torch(), check_widgets()]
+    if kernel:
+        checks.append(check_kernel())
+    if checks[1].ok:
+        checks.append(check_models())
+        if speed:
+            checks.append(check_speed())
+    return checks, {"ok": all(c.ok for c in checks)}
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="grpo-edu doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-speed", action="store_true", help="skip the timed 20-step run")
+    args = parser.parse_args(argv)
+    checks, info = doctor(speed=not args.no_speed)
+    for check in checks:
+        print(check.line(), flush=True)
+    print("ready for the lessons" if info["ok"] else "something above would stop a lesson: apply its fix and run "
+                                                     "grpo-edu doctor again")
+    return 0 if info["ok"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
