@@ -16,6 +16,8 @@ import grpo_edu
 PACKAGE = Path(grpo_edu.__file__).parent
 LAYERS = ("common", "core", "training", "beyond", "course", "cli")
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
+DATA = "_bundle"
+"""Not a layer: the lessons and bundled assets the wheel carries (no code; links in a checkout)."""
 
 
 def _modules():
@@ -23,7 +25,7 @@ def _modules():
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
-        if parts == ("__init__",):
+        if parts == ("__init__",) or parts[0] == DATA:
             continue
         found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found

@@ -24,7 +24,9 @@ from urllib.parse import urlparse
 from grpo_edu.common import _checks
 from grpo_edu.training.config import BUNDLED_MODEL, BUNDLED_SUMS_MODEL
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"            # grpo_edu/training/ → the repository
+ASSETS = (Path(__file__).resolve().parents[1] / "_bundle" / "assets").resolve()
+"""The bundled models and data: ``grpo_edu/_bundle/assets``, which in a checkout is a link to the repository's
+``assets/`` and in an installed wheel the copy the wheel carries (with the lessons beside it)."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
                    "spiece.model", "sentencepiece.bpe.model")
