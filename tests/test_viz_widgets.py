@@ -259,10 +259,10 @@ def test_lesson_04_exercises_are_computed_by_the_library():
     from grpo_edu.course.exercise_bank import EXERCISES
     from grpo_edu.course.exercises import check
 
-    expected = {"04.1": 1.2, "04.2": -0.8, "04.3": 0.1931, "04.4": 1 / 16}
+    expected = {"04.1": 1.2, "04.2": 2.56, "04.3": 0.1931, "04.4": 1 / 16}
     for exercise_id, value in expected.items():
         assert EXERCISES[exercise_id].solution() == pytest.approx(value, abs=1e-4)
-    assert check("04.1", 1.2) and not check("04.2", -0.5)
+    assert check("04.1", 1.2) and not check("04.2", 2.7)
 
 
 # --- lessons 05 and 08: groups, training curves, live plot -------------------------------
@@ -360,10 +360,10 @@ def test_lesson_05_and_08_exercises_are_computed_by_the_library():
     from grpo_edu.course.exercise_bank import EXERCISES
     from grpo_edu.course.exercises import check
 
-    expected = {"05.1": 1.0, "05.2": 2.4742, "05.3": 0.7837, "05.4": 0.5, "05.5": -0.1875, "08.1": 128, "08.2": 3.158}
+    expected = {"05.1": 1.0, "05.2": 1.2907, "05.3": 0.7837, "05.4": 0.4112, "05.5": -0.1875, "08.1": 128, "08.2": 6.329}
     for exercise_id, value in expected.items():
         assert EXERCISES[exercise_id].solution() == pytest.approx(value, abs=1e-4)
-    assert check("08.1", 128) and not check("05.4", 0.25)
+    assert check("08.1", 128) and not check("05.4", 0.41)
     assert 0.9 < EXERCISES["08.3"].solution() <= 1.0 and 0.9 < EXERCISES["08.4"].solution() <= 1.0
 
 
