@@ -47,6 +47,8 @@ checks every import in the source):
 ``course/`` — the course's own machinery: what the lessons show and check
     ``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
     ``exercises``       check an exercise, reveal a prediction (``exercise_bank`` holds them all)
+    ``exercise_bank``   every lesson's exercises and the library call that answers each
+    ``prediction_bank`` every lesson's predict-then-run questions (and lesson 09's menu of diagnoses)
     ``claims``          a lesson's claims about a run, checked with measured margins
     ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
     ``clinic``          lesson 09's sick runs: each case, its expected finding, its cure

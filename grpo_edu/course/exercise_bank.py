@@ -1,11 +1,10 @@
-"""The exercise bank: every lesson's exercises and predict-then-run questions, with the library call
-that computes each answer.
+"""The exercise bank: every lesson's exercises, with the library call that computes each answer.
 
-``EXERCISES`` holds the self-check exercises (a number, a string or a list; or a function the
-learner writes, compared with the library on seeded random inputs); ``PREDICTIONS`` holds the
-predict-then-run questions. An answer is never typed in by hand: each ``Exercise`` carries a
-``solution`` that calls the library when the learner checks. ``grpo_edu.course.exercises``
-asks the questions and checks the answers.
+``EXERCISES`` holds the self-check exercises (a number, a string or a list; or a function the learner
+writes, compared with the library on seeded random inputs). An answer is never typed in by hand: each
+``Exercise`` carries a ``solution`` that calls the library when the learner checks. The predict-then-run
+questions, ``PREDICTIONS``, live in ``prediction_bank`` (imported here too); ``grpo_edu.course.exercises``
+asks both kinds and checks the answers.
 """
 
 import math
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from grpo_edu.course.prediction_bank import CLINIC_MENU, PREDICTIONS, Prediction  # noqa: F401 (both banks, one import)
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,6 @@ class CodeExercise:
     """How many random inputs are tried (seeded, so every run tries the same ones)."""
     tolerance: float = 1e-6
     """Absolute tolerance per element."""
-
-
-@dataclass(frozen=True)
-class Prediction:
-    question: str
-    """What the learner predicts before running the experiment."""
-    tolerance: float | None = None
-    """Numeric guesses: how far from the measured value still counts as right."""
-    choices: tuple[str, ...] = ()
-    """Choice guesses: the allowed answers (compared case-insensitively)."""
 
 
 def _schedule(**kw):
@@ -713,68 +704,3 @@ EXERCISES: dict[str, Any] = {
                          "tau = np.where(advantage > 0, tau_pos, tau_neg); σ(x) = 1 / (1 + np.exp(−x)); at r = 1 "
                          "the term is −2Â/τ and its slope in r is −Â, as GRPO's."),
 }
-
-
-CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few_live_groups", "no_progress",
-               "completion_truncated", "reward_up_accuracy_down", "entropy_collapse", "kl_runaway")
-"""Lesson 09's menu of diagnoses: the findings a learner chooses from for each sick run."""
-
-PREDICTIONS: dict[str, Prediction] = {
-    "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
-                        "= 1000. How many epochs does the run make?", tolerance=1e-9),
-    "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
-                        "does the right answer get?", tolerance=0.25),
-    "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
-                        tolerance=0.2),
-    "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
-                        "gradient coming from the 4 live groups becomes what fraction of what it was?",
-                        tolerance=0.05),
-    "04.P1": Prediction("Â = −1, ε = 0.2, and an update has moved the token the wrong way: r = 1.5, above "
-                        "1 + ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
-                        choices=("zero", "not zero")),
-    "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
-                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
-    "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
-                        "from addition's notebook, what will addition's held-out accuracy be at the end of phase B "
-                        "(0–1)? It was about 0.77 before phase B.", tolerance=0.1),
-    "07.P1": Prediction("Train 100 steps with 0.2 × correctness + 0.8 × brevity. Held-out accuracy starts near 0.5. "
-                        "What will it be after the run (0–1)?", tolerance=0.1),
-    "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
-                        "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
-                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
-    **{f"09.P{i}": Prediction(f"Case {i}, {case}: which finding will diagnose rank first? One of: "
-                              + ", ".join(CLINIC_MENU) + ".", choices=CLINIC_MENU)
-       for i, case in enumerate(("learning rate 10× too high", "a broken reward", "temperature 0.3", "G = 2",
-                                 "β = 10", "max_completion_length = 2", "brevity weighted 0.8"), start=1)},
-    "04.P2": Prediction("Put k1 = log π_θ − log π_ref in the loss. Averaged over tokens sampled from π_θ, is "
-                        "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
-                        "'something else'?",
-                        choices=("zero", "the kl gradient", "something else")),
-    "10.P1": Prediction("The same 60-step run in grpo_edu and in TRL (exported settings, same model, prompts and "
-                        "seed). Their held-out accuracies at the end will be: 'within 6 points', 'TRL ahead by "
-                        "more' or 'grpo_edu ahead by more'?",
-                        choices=("within 6 points", "trl ahead by more", "grpo_edu ahead by more")),
-    "10.P2": Prediction("Now TRL on 2 processes, each taking half of every step's answers. Compared with one "
-                        "process, its learning curve will be: 'the same within noise', 'faster' or 'slower'?",
-                        choices=("the same within noise", "faster", "slower")),
-    "11.P1": Prediction("Sixteen GRPO steps on the model that writes its working. Its mean answer length is about "
-                        "24 tokens at the start. At the end it will have: 'grown by more than 2 tokens', 'stayed "
-                        "within 2 tokens' or 'shrunk by more than 2 tokens'?",
-                        choices=("grown by more than 2 tokens", "stayed within 2 tokens", "shrunk by more than 2 tokens")),
-    "11.P2": Prediction("After the run, pass@1 on held-out prompts rises. What will pass@16 (at least one of 16 "
-                        "samples right) do: 'rise by more than 3 points', 'stay within 3 points' or 'fall by more "
-                        "than 3 points'?",
-                        choices=("rise by more than 3 points", "stay within 3 points", "fall by more than 3 points")),
-    "12.P1": Prediction("One batch of the sums model, num_iterations = 1 (the first update, r = 1 on every "
-                        "token). Compared with GRPO's, the gradient of GSPO's loss on every token will be: 'the "
-                        "same', 'smaller' or 'larger'?",
-                        choices=("the same", "smaller", "larger")),
-    "12.P2": Prediction("Two updates per batch. On the second update GSPO (ε = 3e-4 on one ratio per answer) and "
-                        "GRPO (ε = 0.2 on each token) clip a share of the tokens. GSPO's share will be: 'more than "
-                        "10 times GRPO's', 'about the same' or 'less'?",
-                        choices=("more than 10 times grpo's", "about the same", "less")),
-    "12.P3": Prediction("Dynamic sampling (DAPO) drops the dead groups of a step and samples 8 more prompts at a "
-                        "time until the step holds 8 live groups. Over the same 6 steps, how many times plain "
-                        "GRPO's completions will it generate?", tolerance=0.25),
-}
-"""Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""
