@@ -192,6 +192,7 @@ def test_bench_replay_prints_buffer_and_step_numbers(capsys, monkeypatch):
         assert re.search(rf"{storage} +add +[\d.]+ ms +sample\(64\) +[\d.]+ ms +\(10000 stored\)", out), storage
     assert re.search(r"replay 0.3 / no replay +median [\d.]+×", out)
     assert re.search(r"replay 0.3 / 184-row step +median [\d.]+×", out)
+    assert re.search(r"replay 0.3 in place / no replay +median [\d.]+×", out)
 
 
 # --- diagnose --------------------------------------------------------------------------------

@@ -129,6 +129,17 @@ def test_refresh_drops_only_samples_older_than_max_age():
     assert [s.question for s in buf.samples()] == ["r2", "r3", "r4"]
 
 
+def test_refresh_with_keep_advantage_drops_only_the_low_advantage_old_samples():
+    buf = ReplayBuffer(100, top_fraction=1.0)
+    for r, a in enumerate([0.5, 2.0, 1.0, 0.1, 0.2]):
+        buf.add([S(f"r{r}", a)], round=r)
+    # rounds 0, 1, 2 are older than 1 round at round 4; of them r1 (Â 2.0) and r2 (Â 1.0) reach 1.0
+    assert buf.refresh(current_round=4, max_age=1, keep_advantage=1.0) == 1
+    assert [s.question for s in buf.samples()] == ["r1", "r2", "r3", "r4"]
+    with pytest.raises(ValueError, match="^keep_advantage: "):
+        buf.refresh(current_round=4, max_age=1, keep_advantage=float("nan"))
+
+
 def test_bad_arguments_are_refused_before_any_work():
     for kwargs, name in ((dict(capacity=0), "capacity"), (dict(capacity=5, top_fraction=0), "top_fraction"),
                          (dict(capacity=5, top_fraction=1.5), "top_fraction"),
@@ -142,7 +153,7 @@ def test_bad_arguments_are_refused_before_any_work():
 ops = st.lists(st.one_of(
     st.tuples(st.just("add"), st.lists(st.integers(-3, 5), min_size=0, max_size=8)),
     st.tuples(st.just("sample"), st.integers(0, 12)),
-    st.tuples(st.just("refresh"), st.integers(0, 3)),
+    st.tuples(st.just("refresh"), st.tuples(st.integers(0, 3), st.sampled_from([None, 1.0, 3.0]))),
     st.tuples(st.just("reopen"), st.just(0)),
 ), max_size=25)
 
@@ -179,8 +190,9 @@ def test_random_sequences_keep_every_invariant(tmp_path_factory, ops, capacity, 
             assert len(drawn) == min(arg, len(model))
             assert len({d.question for d in drawn}) == len(drawn)
         elif op == "refresh":
-            buf.refresh(rnd, arg)
-            model = [m for m in model if rnd - m[1] <= arg]
+            age, keep = arg
+            buf.refresh(rnd, age, keep)
+            model = [m for m in model if rnd - m[1] <= age or (keep is not None and m[0] >= keep)]
         elif op == "reopen" and path is not None:
             buf.close()
             buf = make()

@@ -111,6 +111,21 @@ def test_building_blocks_by_hand():
         brevity_reward(-1)
 
 
+def test_term_count_reward_counts_every_occurrence_and_is_unbounded_without_a_cap():
+    from grpo_edu.training.rewards import term_count_reward
+
+    terms = term_count_reward(["policy", "KL"])                          # the guide's count × 0.1
+    texts = ["", "policy", "the policy and KL", "KL KL KL policy", "policy " * 50]
+    assert terms(None, texts) == pytest.approx([0.0, 0.1, 0.2, 0.4, 5.0])   # 50 repeats: 5.0, no ceiling
+    capped = term_count_reward(["policy", "KL"], cap=3)
+    assert capped(None, texts) == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.3])
+    assert term_count_reward(list("0123456789"), per_term=0.5)(None, ["46", "4646"]) == [1.0, 2.0]
+    for kwargs, name in ((dict(terms="policy"), "terms"), (dict(terms=[]), "terms"), (dict(terms=[""]), "terms"),
+                         (dict(terms=["a"], per_term=float("nan")), "per_term"), (dict(terms=["a"], cap=0), "cap")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            term_count_reward(**kwargs)
+
+
 def test_combine_is_the_weighted_sum_and_names_each_component():
     from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
 

@@ -118,6 +118,14 @@ def test_refresh_drops_samples_older_than_max_age(make):
     assert all(r >= 4 - 1 for _, r in t.replay_buffer.entries())       # refreshed at step 4: age ≤ 1
 
 
+def test_refresh_keeps_old_samples_at_or_above_keep_advantage(make):
+    t = make(replay_ratio=0.3, replay_refresh_every=2, replay_max_age=1, replay_refresh_keep_advantage=1.0,
+             total_training_steps=4)
+    t.train(progress=False)
+    old = [(s, r) for s, r in t.replay_buffer.entries() if r < 4 - 1]
+    assert old and all(s.advantage >= 1.0 for s, _ in old)             # the old ones left are the strong ones
+
+
 def test_an_interrupted_step_with_replay_runs_again_identically(make):
     full = make(replay_ratio=0.3).train(progress=False)
     t = make(replay_ratio=0.3)
@@ -148,6 +156,7 @@ def test_an_interrupted_step_with_replay_runs_again_identically(make):
     (dict(replay_min_reward=float("inf")), "^replay_min_reward: "),
     (dict(replay_min_reward="1"), "^replay_min_reward: "),
     (dict(replay_refresh_every=-1), "^replay_refresh_every: "),
+    (dict(replay_refresh_keep_advantage=float("nan")), "^replay_refresh_keep_advantage: "),
     (dict(replay_refresh_every=10), "^replay_max_age: is not set but replay_refresh_every asks"),
     (dict(replay_path="buffer.txt"), r"^replay_path: buffer.txt has the extension '.txt'"),
 ])

@@ -74,7 +74,7 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
-    workload = _workload() if settings is None else WORKLOADS["adder"]
+    workload = _workload()
     settings = settings or workload["settings"]
     total = steps + warmup
     trainer = GRPOTrainer(GRPOConfig(**settings, model=workload["model"], task=workload["task"],
@@ -95,21 +95,32 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
 # --- replay (grpo-edu bench --replay) ---------------------------------------------------------
 REPLAY_SETTINGS = dict(batch_size=16, num_generations=8, max_completion_length=4, learning_rate=1e-9, seed=0)
 """The course's default step (16 prompts × G = 8, ≤ 4 new tokens), with the constant-work learning rate."""
+
+
+def _replay_settings(**changes):
+    """REPLAY_SETTINGS for this process's workload (lesson 11's model: answers of up to 42 tokens), changed."""
+    extra = {"max_completion_length": 42} if os.environ.get("GRPO_EDU_BENCH_WORKLOAD") == "sums" else {}
+    return {**REPLAY_SETTINGS, **extra, **changes}
 FULL_BUFFER = 10_000
 """Samples in the buffer when it is timed: the source's cap, so every add also evicts."""
 
 
-def _full_buffer(path, seed=0):
-    """A buffer of FULL_BUFFER addition samples (right answers with random positive advantages)."""
+def _full_buffer(path, seed=0, task="addition"):
+    """A buffer of FULL_BUFFER right answers of ``task`` with random positive advantages (for ``sums``, the
+    worked solution the model was warmed up on, as long as the answers it writes)."""
     import random
 
     from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.sums import terms_of, worked_solution
     from grpo_edu.training.tasks import get_task
 
-    rows, rng = get_task("addition").split("train"), random.Random(seed)
+    rows, rng = get_task(task).split("train"), random.Random(seed)
+
+    def answer(row):
+        return worked_solution(terms_of(row["prompt"])) if task == "sums" else row["answer"]
     buffer = ReplayBuffer(FULL_BUFFER, path=path, top_fraction=1.0, seed=seed)
     for start in range(0, FULL_BUFFER, 1000):
-        buffer.add([ReplaySample(r["prompt"], r["answer"], rng.uniform(0.1, 2.0), 1.0)
+        buffer.add([ReplaySample(r["prompt"], answer(r), rng.uniform(0.1, 2.0), 1.0)
                     for r in rows[start % len(rows):][:1000]], round=start // 1000)
     return buffer
 
@@ -117,19 +128,29 @@ def _full_buffer(path, seed=0):
 def child_replay_step(t0, steps, warmup):
     """The trainer at replay_ratio 0.3, replaying from a full SQLite buffer (evictions on every add)."""
     path = os.path.join(tempfile.mkdtemp(prefix="grpo_edu_bench_"), "buffer.sqlite")
-    _full_buffer(path).close()
-    settings = dict(REPLAY_SETTINGS, replay_ratio=0.3, replay_path=path, replay_capacity=FULL_BUFFER)
+    _full_buffer(path, task=_workload()["task"]).close()
+    settings = _replay_settings(replay_ratio=0.3, replay_path=path, replay_capacity=FULL_BUFFER)
     return child_grpo_edu(t0, steps, warmup, settings, name="replay 0.3")
 
 
+def child_replay_in_place(t0, steps, warmup):
+    """Replay 0.3 *in place of* fresh rows: 11 prompts × G = 8 = 88 fresh + 38 replayed = 126 rows, about the
+    default step's 128, so the ratio to the plain step is what replacing fresh rows saves (source 000:
+    "replayed samples need no new generation and scoring")."""
+    path = os.path.join(tempfile.mkdtemp(prefix="grpo_edu_bench_"), "buffer.sqlite")
+    _full_buffer(path, task=_workload()["task"]).close()
+    settings = _replay_settings(batch_size=11, replay_ratio=0.3, replay_path=path, replay_capacity=FULL_BUFFER)
+    return child_grpo_edu(t0, steps, warmup, settings, name="replay 0.3 in place")
+
+
 def child_plain_step(t0, steps, warmup):
-    return child_grpo_edu(t0, steps, warmup, REPLAY_SETTINGS, name="no replay")
+    return child_grpo_edu(t0, steps, warmup, _replay_settings(), name="no replay")
 
 
 def child_plain_same_rows(t0, steps, warmup):
     """No replay, but 23 prompts × G = 8 = 184 rows: about as many as 128 fresh + 55 replayed, so the
     ratio to this step is the replay machinery's own cost (the rest is training on more rows)."""
-    return child_grpo_edu(t0, steps, warmup, dict(REPLAY_SETTINGS, batch_size=23), name="no replay, 184 rows")
+    return child_grpo_edu(t0, steps, warmup, _replay_settings(batch_size=23), name="no replay, 184 rows")
 
 
 def buffer_timings(repeats=20, seed=0):
@@ -166,13 +187,15 @@ def replay_main(args):
           "median of 20 (milliseconds)")
     for storage, r in buffer_timings().items():
         print(f"  {storage:7} add {r['add_ms']:8.2f} ms   sample(64) {r['sample64_ms']:6.2f} ms   ({r['stored']} stored)")
-    print(f"\nstep time at replay_ratio 0.3 (full SQLite buffer) against no replay: the course's default step, "
-          f"{REPLAY_SETTINGS['batch_size']} prompts × G={REPLAY_SETTINGS['num_generations']}; {args.steps} timed "
+    print(f"\nstep time at replay_ratio 0.3 (full SQLite buffer) against no replay: workload {args.workload} "
+          f"({WORKLOADS[args.workload]['model']}), {REPLAY_SETTINGS['batch_size']} prompts × "
+          f"G={REPLAY_SETTINGS['num_generations']}; {args.steps} timed "
           f"steps after {args.warmup} warm-up, {args.rounds} interleaved rounds")
     rounds, names = [], list(REPLAY_CHILDREN)
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]          # rotate who goes first
-        rounds.append({n: _run_child(REPLAY_CHILDREN[n], args.steps, args.warmup) for n in order})
+        rounds.append({n: _run_child(REPLAY_CHILDREN[n], args.steps, args.warmup, workload=args.workload)
+                       for n in order})
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
             f"{n} {rounds[-1][n]['median_step_s'] * 1000:.1f} ms/step" for n in names), flush=True)
 
@@ -181,6 +204,8 @@ def replay_main(args):
     print(_ratio_line("replay 0.3 / no replay", ratios("replay 0.3", "no replay"), "goal ≤ 1.1×"))
     print(_ratio_line("replay 0.3 / 184-row step", ratios("replay 0.3", "no replay, 184 rows"),
                       "the buffer's own cost; the rest is 43 % more rows to train on"))
+    print(_ratio_line("replay 0.3 in place / no replay", ratios("replay 0.3 in place", "no replay"),
+                      "11 prompts: 88 fresh + 38 replayed rows against 128 fresh, 31 % fewer completions generated"))
     return 0
 
 
@@ -286,8 +311,10 @@ def child_trl(t0, steps, warmup):
 
 
 CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl,
-            "replay_step": child_replay_step, "plain_step": child_plain_step, "plain_184": child_plain_same_rows}
-REPLAY_CHILDREN = {"no replay": "plain_step", "replay 0.3": "replay_step", "no replay, 184 rows": "plain_184"}
+            "replay_step": child_replay_step, "plain_step": child_plain_step, "plain_184": child_plain_same_rows,
+            "replay_in_place": child_replay_in_place}
+REPLAY_CHILDREN = {"no replay": "plain_step", "replay 0.3": "replay_step", "no replay, 184 rows": "plain_184",
+                   "replay 0.3 in place": "replay_in_place"}
 
 
 def _run_child(name, steps, warmup, threads=None, workload="adder"):

@@ -10,6 +10,7 @@ module only runs it step by step and probes accuracy, so the experiment cannot d
 what ``grpo-edu train --replay-ratio …`` does.
 """
 
+import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -146,7 +147,8 @@ FROZEN = 1e9
 """A ``replay_min_reward`` no answer reaches: the buffer admits nothing, so the notebook stays phase A's."""
 
 
-def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes=None, progress=True, frozen=False):
+def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes=None, progress=True, frozen=False,
+            probe_every=25, late=None, name=None, **overrides):
     """GRPO on task B for PHASE_B_STEPS steps from the policy of trainer ``start`` (phase A's),
     replaying a fresh copy of phase A's buffer file at ``replay_ratio``. Returns a PhaseRecord.
 
@@ -154,6 +156,10 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
     By default phase B keeps offering its own good answers to the notebook, as the article's does, so
     B's answers take a growing share of what is replayed (``PhaseRecord.notebook_share``);
     ``frozen=True`` admits nothing, so every replayed row is one of A's answers.
+
+    ``late=(step, ratio)`` raises the replay ratio to ``ratio`` after ``step`` steps (the article's 6:4 late
+    in training); ``overrides`` are further GRPOConfig fields (e.g. ``batch_size``, ``replay_refresh_every``);
+    ``name`` tells this run's copy of the notebook from the others'.
     """
     import copy
     import shutil
@@ -164,14 +170,22 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
 
     notebook_file = Path(notebook_file)
     notebook = notebook_file.with_name(f"{notebook_file.stem}_lr{learning_rate:g}_replay{replay_ratio:g}"
-                                       f"{'_frozen' if frozen else ''}.sqlite")
+                                       f"{'_frozen' if frozen else ''}{'_' + name if name else ''}.sqlite")
     shutil.copy(notebook_file, notebook)
-    trainer = GRPOTrainer(GRPOConfig(task=TASK_B, total_training_steps=PHASE_B_STEPS, learning_rate=learning_rate,
-                                     eval_size=0, seed=seed, replay_ratio=replay_ratio, replay_path=str(notebook),
-                                     replay_min_reward=FROZEN if frozen else None),
+    trainer = GRPOTrainer(GRPOConfig(**{"task": TASK_B, "total_training_steps": PHASE_B_STEPS,
+                                        "learning_rate": learning_rate, "eval_size": 0, "seed": seed,
+                                        "replay_ratio": replay_ratio, "replay_path": str(notebook),
+                                        "replay_min_reward": FROZEN if frozen else None, **overrides}),
                           model=copy.deepcopy(start.model), tokenizer=start.tokenizer)
+    if late is not None:
+        late_step, late_ratio = late
+
+        def raise_ratio(metrics):                   # from the next step on, replay at the late ratio
+            if metrics["step"] == late_step:
+                trainer.config = dataclasses.replace(trainer.config, replay_ratio=late_ratio)
+        trainer.callbacks.append(raise_ratio)
     try:
-        record = run_phase(trainer, probes or default_probes(), probe_every=25, probe_samples=PROBE_SAMPLES,
+        record = run_phase(trainer, probes or default_probes(), probe_every=probe_every, probe_samples=PROBE_SAMPLES,
                            progress=progress, desc=f"phase B, lr {learning_rate:g}, replay {replay_ratio:.0%}")
     finally:
         trainer.replay_buffer.close()

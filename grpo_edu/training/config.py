@@ -158,6 +158,9 @@ class GRPOConfig:
     """Every this many steps drop buffer samples older than replay_max_age steps (source: 10–20); 0 = never."""
     replay_max_age: int | None = None
     """Age in steps beyond which a refresh drops a sample; needed when replay_refresh_every > 0."""
+    replay_refresh_keep_advantage: float | None = None
+    """A refresh keeps old samples whose advantage is at least this (the source drops the *low-advantage* old
+    samples); None = a refresh drops every sample older than replay_max_age."""
 
     eval_size: int = 500
     """Held-out prompts scored before and after training (sampling at temperature 1); 0 skips."""
@@ -246,6 +249,9 @@ class GRPOConfig:
         _checks.positive_int("replay_refresh_every", self.replay_refresh_every, minimum=0)
         if self.replay_max_age is not None:
             _checks.positive_int("replay_max_age", self.replay_max_age, minimum=0)
+        if self.replay_refresh_keep_advantage is not None:
+            _checks.finite_float("replay_refresh_keep_advantage", self.replay_refresh_keep_advantage,
+                                 fix="pass e.g. 1.0 (old samples with Â ≥ 1 stay), or None to drop every old sample")
         if self.replay_refresh_every and self.replay_max_age is None:
             _checks.fail("replay_max_age", "is not set but replay_refresh_every asks for refreshes",
                          "pass replay_max_age=… (in steps, e.g. 100), or replay_refresh_every=0")

@@ -25,7 +25,10 @@ completion), its ``advantage`` Â and its ``reward`` R. The rules, made exact:
 * **mixing** (混合): ``mix(new, replay_ratio)`` adds replayed samples so that
   replayed / total = replay_ratio (7:3 new:replayed at 0.3, the source's default; it warns
   outside 10–50 %: above half, learning the new task stalls; below a tenth, replay does nothing).
-* **refresh** (定期清理): ``refresh(current_round, max_age)`` drops samples older than max_age rounds.
+* **refresh** (定期清理): ``refresh(current_round, max_age)`` drops samples older than max_age rounds;
+  with ``keep_advantage`` only the old ones whose advantage is below it (the source: "delete the
+  low-advantage old samples"). An old sample's Â was measured against its own group, by the policy of
+  its day: it says how good the answer was then, not how much the current policy still has to learn from it.
 
 Storage: in memory; a ``.jsonl`` file (rewritten atomically after each change); or SQLite
 (``.sqlite``/``.db``, write-ahead log, one transaction per ``add``), so a run killed mid-way
@@ -242,11 +245,18 @@ class ReplayBuffer:
         self.rng.shuffle(mixed)
         return mixed
 
-    def refresh(self, current_round, max_age):
-        """Drop samples added more than ``max_age`` rounds before ``current_round``; returns how many."""
+    def refresh(self, current_round, max_age, keep_advantage=None):
+        """Drop samples added more than ``max_age`` rounds before ``current_round``; returns how many.
+
+        With ``keep_advantage``, an old sample whose advantage is at least that value stays: only the
+        low-advantage old samples go (the source's "删掉优势值低的旧样本")."""
         _checks.positive_int("current_round", current_round, minimum=0)
         _checks.positive_int("max_age", max_age, minimum=0)
-        old = [seq for seq, e in self._entries.items() if current_round - e.round > max_age]
+        if keep_advantage is not None:
+            _checks.finite_float("keep_advantage", keep_advantage,
+                                 fix="pass e.g. 1.0 (old samples with Â ≥ 1 stay), or None to drop every old sample")
+        old = [seq for seq, e in self._entries.items() if current_round - e.round > max_age
+               and (keep_advantage is None or e.advantage < keep_advantage)]
         for seq in old:
             del self._entries[seq]
         if old:

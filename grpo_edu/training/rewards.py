@@ -198,6 +198,29 @@ def soft_overlong_punishment(max_completion_length, cache_length):
     return _named(reward, f"overlong(max={max_completion_length},cache={cache_length})")
 
 
+def term_count_reward(terms, per_term=0.1, cap=None):
+    """The guide's terminology reward: ``per_term`` for each occurrence of any of ``terms`` in the answer
+    (the guide's ``count_domain_terms(c) * 0.1``). Without ``cap`` it has **no upper bound**: an answer
+    that repeats a term twenty times earns twenty times the credit, so a long enough padded answer outscores
+    a right one (lesson 07). ``cap``: count at most this many occurrences, so the reward stays in
+    [0, cap · per_term]."""
+    if isinstance(terms, str) or not terms or not all(isinstance(t, str) and t for t in terms):
+        _checks.fail("terms", f"must be a list of non-empty strings, got {terms!r}",
+                     'pass e.g. ["gradient", "policy"], or list("0123456789") to count digits')
+    per_term = _checks.finite_float("per_term", per_term, fix="pass e.g. 0.1 (the guide's)")
+    if cap is not None:
+        _checks.positive_int("cap", cap)
+    terms = tuple(terms)
+
+    def reward(prompts, completions, **kwargs):
+        out = []
+        for c in completions:
+            count = sum(c.count(t) for t in terms)                    # occurrences, overlapping terms each counted
+            out.append(per_term * (count if cap is None else min(count, cap)))
+        return out
+    return _named(reward, f"term_count(per_term={per_term:g}" + ("" if cap is None else f", cap={cap}") + ")")
+
+
 def digit_credit(prompts, completions, answer, **kwargs):
     """Partial credit: the share of the reference's digits that the answer has in the same place,
     counted from the right (units with units, tens with tens); answers of another length lose the

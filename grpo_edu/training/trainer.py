@@ -344,7 +344,7 @@ class GRPOTrainer:
         admitted = buffer.add(offered, round=round_)
         dropped = 0
         if c.replay_refresh_every and step % c.replay_refresh_every == 0:
-            dropped = buffer.refresh(round_, c.replay_max_age)
+            dropped = buffer.refresh(round_, c.replay_max_age, c.replay_refresh_keep_advantage)
         return {"replay_buffer_size": len(buffer), "replay_admitted": admitted, "replay_dropped": dropped}
 
     def _ref_logprobs(self, rollout):

@@ -1,0 +1,404 @@
+"""How each exercise's answer is computed: the library calls behind ``exercise_bank.EXERCISES``.
+
+Every function here asks grpo_edu for an answer (a schedule, an advantage, a loss, an export key …), or
+is the reference a learner's function is compared with, or draws that comparison's seeded random inputs.
+Nothing is typed in by hand: change the library, and the expected answers change with it.
+"""
+
+import math
+
+import numpy as np
+
+
+def schedule(**kw):
+    from grpo_edu.core.schedule import TrainingSchedule
+
+    return TrainingSchedule(**kw)
+
+
+def adv(rewards, **kw):
+    from grpo_edu.core.advantages import group_advantages
+
+    return group_advantages([rewards], **kw)[0].tolist()
+
+
+def dead(p, G, B=1):
+    from grpo_edu.core.advantages import dead_group_probability
+
+    return dead_group_probability(p, G, batch_size=B)
+
+
+def collapse_threshold(peak, floor=0.0):
+    from grpo_edu.beyond.symptoms import COLLAPSE_FRACTION
+
+    return round(floor + COLLAPSE_FRACTION * (peak - floor), 4)
+
+
+def objective(ratio, advantage, epsilon=0.2, epsilon_high=None):
+    """−grpo_loss for one token with π_θ/π_θold = ratio: min(r·Â, clip(r)·Â)."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    logprobs = torch.tensor([[math.log(ratio)]], dtype=torch.float64)
+    loss, _ = grpo_loss(logprobs, torch.zeros_like(logprobs), torch.tensor([float(advantage)]),
+                        torch.ones_like(logprobs), epsilon=epsilon, epsilon_high=epsilon_high)
+    return -loss.item()
+
+
+def k3(p_theta, p_ref):
+    from grpo_edu.core.kl import kl_estimate
+
+    return float(kl_estimate(math.log(p_theta), math.log(p_ref), kind="k3"))
+
+
+def token_weight(lengths, loss_type, answer):
+    """Gradient weight −∂loss/∂logprob of one token of answer ``answer`` (Â = 1, on-policy)."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    T = max(lengths)
+    mask = torch.tensor([[1.0] * n + [0.0] * (T - n) for n in lengths])       # (N, T)
+    logprobs = torch.zeros(len(lengths), T, requires_grad=True)
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), torch.ones(len(lengths)), mask, loss_type=loss_type)
+    loss.backward()
+    return -logprobs.grad[answer, 0].item()
+
+
+def on_policy_ratio():
+    """Mean ratio r that grpo_loss reports when π_θ is the policy that sampled (log π_θ = log π_θold)."""
+    import torch
+
+    from grpo_edu.core.losses import grpo_loss
+
+    logprobs = torch.log(torch.tensor([[0.5, 0.9, 0.2], [0.7, 0.1, 0.6]]))
+    _, info = grpo_loss(logprobs, logprobs.detach(), torch.tensor([1.0, -1.0]), torch.ones_like(logprobs))
+    return info["ratio_mean"]
+
+
+def live_token_gradient():
+    """∂loss/∂log π of the right answer's token: one live group [1, 0, 0, 0], one dead group, |o| = 1."""
+    import torch
+
+    from grpo_edu.core.advantages import group_advantages
+    from grpo_edu.core.losses import grpo_loss
+
+    adv = group_advantages(torch.tensor([[1.0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.float64)).reshape(-1)
+    logprobs = torch.full((8, 1), -0.5, dtype=torch.float64, requires_grad=True)          # (N, |o| = 1)
+    loss, _ = grpo_loss(logprobs, logprobs.detach(), adv, torch.ones_like(logprobs), loss_type="grpo")
+    loss.backward()
+    return logprobs.grad[0, 0].item()
+
+
+def sequence_logprob_ref(token_logprobs, mask):
+    return (np.asarray(token_logprobs) * np.asarray(mask)).sum(axis=1)
+
+
+def token_logprob_input(rng):
+    N, T = int(rng.integers(1, 6)), int(rng.integers(1, 7))
+    lengths = rng.integers(1, T + 1, size=N)
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(float)          # (N, T)
+    return (np.log(rng.uniform(0.01, 1.0, size=(N, T))), mask)
+
+
+def trl_steps(total_training_steps, num_iterations):
+    """Optimizer updates (TRL's "steps") of a grpo_edu run: steps × num_iterations."""
+    from grpo_edu.training.config import GRPOConfig
+
+    config = GRPOConfig(total_training_steps=total_training_steps, num_iterations=num_iterations)
+    return config.schedule(2000).total_steps * config.num_iterations
+
+
+def to_trl_value(batch_size, G, micro, processes, key):
+    from grpo_edu.beyond.export import to_trl
+    from grpo_edu.training.config import GRPOConfig
+
+    return to_trl(GRPOConfig(batch_size=batch_size, num_generations=G, micro_batch_size=micro),
+                  num_processes=processes)[0][key]
+
+
+def verl_batch(batch_size, G, n_gpus):
+    from grpo_edu.beyond.export import to_verl
+    from grpo_edu.training.config import GRPOConfig
+
+    pairs = dict(to_verl(GRPOConfig(batch_size=batch_size, num_generations=G), n_gpus=n_gpus)[1]["pairs"])
+    return [pairs["data.train_batch_size"], pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]]
+
+
+def optimizer_gib(name, n_gpus, stage):
+    from grpo_edu.beyond.memory import ARCHITECTURES, memory_per_gpu
+
+    parts, _ = memory_per_gpu(ARCHITECTURES[name], n_gpus=n_gpus, zero_stage=stage)
+    return parts["AdamW moments + fp32 master weights"]
+
+
+def run_schedule(**changes):
+    """The schedule of ``GRPOConfig(**changes)`` on its task's train split."""
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.tasks import get_task
+
+    config = GRPOConfig(**changes)
+    return config.schedule(len(get_task(config.task).split("train")))
+
+
+def default_run_schedule():
+    """The schedule of ``GRPOConfig()`` on the addition task's train split."""
+    return run_schedule()
+
+
+def bundled_heldout(n=100, **sampling):
+    """Per-sample correctness of the bundled model on the first ``n`` held-out prompts (seed 0)."""
+    from grpo_edu.training.evaluation import evaluate
+    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.tasks import get_task
+
+    task = get_task("addition")
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    result = evaluate(model, tokenizer, task.split("heldout", n), task, seed=0, **sampling)
+    return [s[3] for s in result["samples"]]
+
+
+def pass_at_k(n=100, k=8):
+    """Fraction of the first ``n`` held-out prompts with at least one right answer among k samples."""
+    correct = bundled_heldout(n, num_samples=k)
+    return sum(any(correct[i:i + k]) for i in range(0, len(correct), k)) / n
+
+
+# --- code exercises: references and seeded random inputs -----------------------------------
+
+def policy_gradient_ref(logits, answers, advantages):
+    """∂/∂logits of −(1/G) Σ Â_i log π(a_i): the mean of log_derivative_step's per-answer gradients."""
+    from grpo_edu.core.policy_gradient import log_derivative_step
+
+    grads = [log_derivative_step(logits, int(a), float(adv))[1]["grad"] for a, adv in zip(answers, advantages)]
+    return np.mean(grads, axis=0)
+
+
+def policy_gradient_input(rng):
+    V, G = int(rng.integers(2, 7)), int(rng.integers(2, 9))
+    return rng.normal(0, 1.5, size=V), rng.integers(0, V, size=G), rng.normal(0, 1, size=G)
+
+
+def rewards_input(rng):
+    """A (B, G) reward table; small G and few reward values, so dead groups turn up."""
+    B, G = int(rng.integers(1, 5)), int(rng.integers(2, 9))
+    if rng.random() < 0.5:
+        return (rng.integers(0, 2, size=(B, G)).astype(float),)          # right / wrong
+    return (rng.choice([0.0, 0.25, 0.5, 1.0], size=(B, G)),)              # partial credit
+
+
+def zero_std_ref(rewards):
+    from grpo_edu.core.advantages import zero_std_groups
+
+    return zero_std_groups(rewards)
+
+
+def clip_input(rng):
+    n = int(rng.integers(3, 9))
+    return (rng.uniform(0.5, 1.6, size=n), rng.normal(0, 1.5, size=n), float(rng.choice([0.1, 0.2, 0.3])))
+
+
+def clip_push_ref(ratio, advantage, epsilon):
+    """d min(r·Â, clip(r)·Â) / d log π_θ per token: grpo_loss's own gradient (token_push, one-token answers)."""
+    from grpo_edu.core.losses import token_push
+
+    n = len(ratio)
+    push, _ = token_push(np.asarray(advantage, dtype=float), np.ones((n, 1)), ratio=np.asarray(ratio)[:, None],
+                         epsilon=float(epsilon))
+    return (push[:, 0] * n).numpy()                      # × N undoes the mean over the N one-token answers
+
+
+def k3_slope_ref(logprobs, ref_logprobs):
+    """d k3 / d log π_θ per token, by autograd through the library's kl_estimate."""
+    import torch
+
+    from grpo_edu.core.kl import kl_estimate
+
+    lp = torch.tensor(np.asarray(logprobs, dtype=float), requires_grad=True)
+    kl_estimate(lp, torch.tensor(np.asarray(ref_logprobs, dtype=float)), kind="k3").sum().backward()
+    return lp.grad.numpy()
+
+
+def logprob_input(rng):
+    n = int(rng.integers(3, 9))
+    logprobs = np.log(rng.uniform(0.01, 1.0, size=n))
+    return (logprobs, logprobs + rng.normal(0, 0.5, size=n))
+
+
+def evicted_by(stored, newcomer):
+    """Fill a buffer of capacity len(stored) with (Â, round) samples, offer ``newcomer``; return what left."""
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    buffer = ReplayBuffer(len(stored), top_fraction=1.0)
+    for i, (adv, rnd) in enumerate(stored):
+        buffer.add([ReplaySample(f"q{i}", "a", adv, 1.0)], round=rnd)
+    before = {s.question: (s.advantage, r) for s, r in buffer.entries()}
+    buffer.add([ReplaySample("new", "a", newcomer[0], 1.0)], round=newcomer[1])
+    after = {s.question for s, _ in buffer.entries()}
+    gone = [list(v) for q, v in before.items() if q not in after]
+    return gone[0] if gone else "none"
+
+
+def admitted_ref(advantages, top_fraction, min_advantage):
+    """The buffer's admission rule, run on a fresh buffer: which of one add's samples get in."""
+    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+
+    buffer = ReplayBuffer(len(advantages) + 1, top_fraction=top_fraction, min_advantage=min_advantage)
+    buffer.add([ReplaySample(str(i), "a", float(a), 1.0) for i, a in enumerate(advantages)], round=0)
+    stored = {int(s.question) for s in buffer.samples()}
+    return np.array([i in stored for i in range(len(advantages))])
+
+
+def admission_input(rng):
+    n = int(rng.integers(3, 17))
+    advantages = np.round(rng.normal(0, 1, size=n), 1)           # rounded: ties happen
+    return (advantages, float(rng.choice([0.3, 0.5, 1.0])), float(rng.choice([0.0, 0.5])))
+
+
+def replay_count(num_new, replay_ratio):
+    from grpo_edu.training.replay import replay_count
+
+    return replay_count(num_new, replay_ratio)
+
+
+def replay_composition(num_new, replay_ratio, buffer_size):
+    from grpo_edu.training.replay import replay_composition
+
+    return replay_composition(num_new, replay_ratio, buffer_size)
+
+
+def composite(weights, completions, answer="46"):
+    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
+
+    funcs = {"correctness": correctness, "brevity": brevity_reward(4), "format": format_reward(3)}
+    reward = combine(**{name: (funcs[name], w) for name, w in weights.items()})
+    return reward(["12+34="] * len(completions), list(completions), answer=[answer] * len(completions))
+
+
+def push_ratio(short, long, loss_type):
+    """How many times harder each token of a ``short``-token answer is pushed than one of a ``long`` one
+    (same Â = −1, one group of two, ``loss_type``)."""
+    from grpo_edu.core.losses import token_push
+
+    T = max(short, long)
+    mask = np.array([[1.0] * n + [0.0] * (T - n) for n in (short, long)])
+    push, _ = token_push(np.array([-1.0, -1.0]), mask, loss_type=loss_type, max_completion_length=T)
+    return float(push[0, 0] / push[1, 0])
+
+
+def pass_at_k_ref(n, c, k):
+    from grpo_edu.training.evaluation import pass_at_k
+
+    return pass_at_k(int(n), int(c), int(k))[0]
+
+
+def pass_at_k_input(rng):
+    n = int(rng.integers(1, 31))
+    return n, int(rng.integers(0, n + 1)), int(rng.integers(1, n + 1))
+
+
+def sequence_ratio_ref(logprobs, old_logprobs, mask):
+    import torch
+
+    from grpo_edu.core.losses import sequence_ratio
+
+    s, _ = sequence_ratio(torch.as_tensor(logprobs), torch.as_tensor(old_logprobs), torch.as_tensor(mask))
+    return s.numpy()
+
+
+def two_logprob_input(rng):
+    logprobs, mask = token_logprob_input(rng)
+    return logprobs, logprobs + rng.normal(0, 0.3, size=logprobs.shape), mask    # log π_θ, log π_θold, (N, T)
+
+
+def policy_term(loss_type, ratio, advantage, logprob=None, **settings):
+    import torch
+
+    from grpo_edu.core.losses import LOSS_TYPES
+
+    term, _ = LOSS_TYPES[loss_type]
+    logprob = np.zeros_like(ratio) if logprob is None else logprob
+    return term(torch.as_tensor(ratio), torch.as_tensor(advantage), torch.as_tensor(logprob), **settings).numpy()
+
+
+def cispo_input(rng):
+    n = int(rng.integers(3, 9))
+    return (rng.uniform(0.2, 8.0, size=n), rng.normal(0, 1.5, size=n), np.log(rng.uniform(0.01, 1.0, size=n)),
+            float(rng.choice([2.0, 5.0])))
+
+
+def sapo_input(rng):
+    n = int(rng.integers(3, 9))
+    return rng.uniform(0.3, 3.0, size=n), rng.normal(0, 1.5, size=n), float(rng.choice([1.0, 2.0])), 1.05
+
+
+def rloo_ref(rewards):
+    from grpo_edu.core.advantages import rloo_advantages
+
+    return rloo_advantages(rewards)
+
+
+def gated_brevity_ref(completions, answers, max_length):
+    from grpo_edu.course.clinic import brevity_if_correct
+
+    return brevity_if_correct(int(max_length))(None, list(completions), list(answers))
+
+
+def gated_brevity_input(rng):
+    n, max_length = int(rng.integers(3, 9)), int(rng.integers(2, 6))
+    answers = [str(int(rng.integers(10, 200))) for _ in range(n)]
+    pick = lambda a: rng.choice([a, a + "0", a[:-1], "", " " + a + " ", str(int(a) + 1)])   # noqa: E731
+    return [str(pick(a)) for a in answers], answers, max_length
+
+
+def trl_batch_ref(batch_size, G, processes, micro_batch_size):
+    return [to_trl_value(int(batch_size), int(G), int(micro_batch_size) or None, int(processes), key)
+            for key in ("per_device_train_batch_size", "gradient_accumulation_steps")]
+
+
+def trl_batch_input(rng):
+    processes = int(rng.choice([1, 2, 4, 8]))
+    G = int(rng.choice([2, 4, 8, 16]))
+    batch_size = processes * int(rng.integers(1, 5))                     # B·G splits over the processes
+    share = batch_size * G // processes                                  # completions per process
+    micro = int(rng.choice([d for d in range(1, share + 1) if share % d == 0] + [0]))   # 0: no micro-batches
+    return batch_size, G, processes, micro
+
+
+def collapse_ref(rewards):
+    from grpo_edu.beyond.diagnose import diagnose
+
+    rows = [{"step": i + 1, "reward_mean": float(r)} for i, r in enumerate(rewards)]
+    return "reward_collapse" in [finding.name for finding in diagnose(rows)]
+
+
+def reward_curve_input(rng):
+    """A run's mean reward per step, one of six shapes a sick or healthy run takes: rising, collapsing
+    after a peak, a one-step spike, a crash inside the last quarter, a partial fall of a reward with
+    penalties (below 0), or flat; with a little noise."""
+    n = int(rng.integers(12, 61))
+    t = np.linspace(0, 1, n)
+    tail = max(3, math.ceil(n / 4))
+    shape = str(rng.choice(["rise", "collapse", "spike", "late crash", "penalty fall", "flat"]))
+    if shape == "rise":
+        curve = 0.3 + 0.5 * t
+    elif shape == "collapse":
+        peak_at = float(rng.uniform(0.2, 0.5))
+        curve = np.where(t < peak_at, 0.3 + 0.5 * t / peak_at, 0.8 * np.exp(-12 * (t - peak_at)))
+    elif shape == "spike":                                   # one lucky step: smoothing must see through it
+        curve = np.full(n, 0.2)
+        curve[int(rng.integers(1, n // 3))] = 0.9
+        curve[n - tail:] = 0.15
+    elif shape == "late crash":                              # the peak is inside the tail: not a collapse yet
+        curve = np.where(np.arange(n) < n - tail + 1, 0.3 + 0.5 * t, 0.0)
+    elif shape == "penalty fall":                            # rewards with penalties: the floor is below 0
+        curve = np.where(t < 0.4, -0.5 + 2.0 * t, 0.3 - 1.0 * (t - 0.4))
+    else:
+        curve = np.full(n, 0.4)
+    return (np.round(curve + rng.normal(0, 0.01, n), 4),)
+
+def overlong(length, max_completion_length=42, cache_length=10):
+    from grpo_edu.training.rewards import soft_overlong_punishment
+
+    return soft_overlong_punishment(max_completion_length, cache_length)(completion_ids=[[0] * length])[0]
