@@ -58,6 +58,7 @@ checks every import in the source):
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
+    ``kernel_start``    a notebook kernel that dies while starting (a port race) started again (a pytest plugin)
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
     ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
