@@ -49,11 +49,11 @@ checks every import in the source):
     ``exercises``       check an exercise, reveal a prediction (``exercise_bank`` holds them all)
     ``exercise_bank``   every lesson's exercises, each with the call that answers it
     ``exercise_solutions`` those calls: the library asked for each answer, and the code exercises' references
-    ``prediction_bank`` every lesson's predict-then-run questions (and lesson 09's menu of diagnoses)
+    ``prediction_bank`` every lesson's predict-then-run questions (and the clinic's menu of diagnoses)
     ``claims``          a lesson's claims about a run, checked with measured margins
     ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
     ``replay_advice``   the replay article's advice (7:3 or 8:2, 6:4 late, refresh, compute) run on it
-    ``clinic``          lesson 09's sick runs: each case, its expected finding, its cure
+    ``clinic``          lessons 09 and 09b's sick runs: each case, its expected finding, its cure
     ``variants``        lesson 12's race: GRPO's variants on lesson 11's model, over seeds
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures

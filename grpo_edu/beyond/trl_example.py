@@ -1,6 +1,6 @@
 """Make ``assets/trl-runs/``: real TRL GRPO runs on this course's task, for ``diagnose`` to read.
 
-Lesson 09 brings a TRL run to ``grpo_edu.beyond.diagnose``. Its logs must come from TRL itself, so this
+Lesson 09b brings a TRL run to ``grpo_edu.beyond.diagnose``. Its logs must come from TRL itself, so this
 script trains ``trl.GRPOTrainer`` on the bundled model and the addition task and keeps the
 ``trainer_state.json`` TRL writes (its ``log_history``: one dict of TRL's metric names per step).
 TRL is not a dependency of the course; this script needs it (``pip install trl``), the lesson

@@ -1,7 +1,7 @@
 """The diagnostics clinic (诊断门诊): sick GRPO runs made on purpose, read by ``diagnose``, then fixed.
 
-Lesson 09 runs each case below for 60 steps on the bundled model. A case changes one thing
-in the default config (or the reward) to make a known illness; ``expected`` is the finding
+Lessons 09 (cases 1–3) and 09b (cases 4–7) run each case below for 60 steps on the bundled model.
+A case changes one thing in the default config (or the reward) to make a known illness; ``expected`` is the finding
 ``grpo_edu.beyond.diagnose.diagnose`` should rank first, and ``fix`` is the change that cures it.
 ``advice`` are the practical guide's (seed 004) troubleshooting remedies the lesson puts to
 the test on the same case.

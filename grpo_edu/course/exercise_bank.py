@@ -117,7 +117,7 @@ EXERCISES: dict[str, Any] = {
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in solve.composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
                      "'' is not right but has length 0; '46' is right with length 2."),
-    # lesson 09: the diagnostics clinic
+    # lessons 09 and 09b: the diagnostics clinic (09.1, 09.2 in 09b; 09.3, 09.4 in 09)
     "09.1": Exercise("A batch's success rate is p = 0.45 and G = 2. What share of groups do you expect to be dead "
                      "(all answers right or all wrong)? (4 decimals)",
                      lambda: round(solve.dead(0.45, 2), 4),

@@ -16,7 +16,7 @@ class Prediction:
 
 CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few_live_groups", "no_progress",
                "completion_truncated", "reward_up_accuracy_down", "entropy_collapse", "kl_runaway")
-"""Lesson 09's menu of diagnoses: the findings a learner chooses from for each sick run."""
+"""Lessons 09 and 09b's menu of diagnoses: the findings a learner chooses from for each sick run."""
 
 PREDICTIONS: dict[str, Prediction] = {
     "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
