@@ -41,6 +41,13 @@ def _collapsed_by_hand(rewards, smooth=True, floor_zero=False, peak_before_tail=
     return early and peak - floor >= 0.1 and end <= floor + 0.25 * (peak - floor)
 
 
+def _truncated_by_hand(lengths, limit, head_share=10, both=True, rule=0.98):
+    x, n = [float(v) for v in lengths], len(lengths)
+    head, tail = x[:max(3, math.ceil(n / head_share))], x[n - max(3, math.ceil(n / 4)):]
+    windows = (tail, head) if both else (tail,)
+    return any(sum(w) / len(w) >= rule * limit for w in windows)
+
+
 CORRECT = {
     "02.4": lambda z, a, adv: _policy_gradient_by_hand(z, a, adv),
     "03.4": lambda rewards: [len(set(row)) == 1 for row in rewards.tolist()],
@@ -53,6 +60,7 @@ CORRECT = {
     "07.5": lambda cs, ans, L: [max(0.0, 1 - len(c.strip()) / L) if c.strip() == a.strip() else 0.0
                                 for c, a in zip(cs, ans)],
     "09.4": lambda r: _collapsed_by_hand(r),
+    "09.5": lambda lengths, limit: _truncated_by_hand(lengths, limit),
     "10.4": lambda B, G, p, m: [m or B * G // p, (B * G // p) // (m or B * G // p)],
     "12.1": lambda lp, old, mask: [math.exp(sum((a - b) for a, b, m in zip(r1, r2, m1) if m) / sum(m1))
                                    for r1, r2, m1 in zip(lp.tolist(), old.tolist(), mask.tolist())],
@@ -82,6 +90,10 @@ WRONG = {
     "09.4": [lambda r: _collapsed_by_hand(r, smooth=False),                              # the raw peak
              lambda r: _collapsed_by_hand(r, floor_zero=True),                           # floor 0, penalties or not
              lambda r: _collapsed_by_hand(r, peak_before_tail=False)],                   # a late peak counts
+    "09.5": [lambda lengths, limit: _truncated_by_hand(lengths, limit, both=False),     # the end only
+             lambda lengths, limit: _truncated_by_hand(lengths, limit, head_share=4),   # a quarter at the start too
+             lambda lengths, limit: _truncated_by_hand(lengths, limit, rule=0.95),      # "close to the limit"
+             lambda lengths, limit: bool(np.mean(lengths) >= 0.98 * limit)],            # the whole run's mean
     "10.4": [lambda B, G, p, m: [B * G, 1],                                                # completions, one process
              lambda B, G, p, m: [m or B // p, (B // p) // (m or B // p) if B // p else 1]],  # prompts, not completions
     "12.1": [lambda lp, old, mask: np.exp(((lp - old) * mask).sum(axis=1)),             # the product, not the mean

@@ -117,7 +117,7 @@ EXERCISES: dict[str, Any] = {
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in solve.composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
                      "'' is not right but has length 0; '46' is right with length 2."),
-    # lessons 09 and 09b: the diagnostics clinic (09.1, 09.2 in 09b; 09.3, 09.4 in 09)
+    # lessons 09 and 09b: the diagnostics clinic (09.3, 09.4 in 09; 09.1, 09.2, 09.5 in 09b)
     "09.1": Exercise("A batch's success rate is p = 0.45 and G = 2. What share of groups do you expect to be dead "
                      "(all answers right or all wrong)? (4 decimals)",
                      lambda: round(solve.dead(0.45, 2), 4),
@@ -138,6 +138,14 @@ EXERCISES: dict[str, Any] = {
                          solve.collapse_ref, solve.reward_curve_input,
                          "trailing means: rewards[max(0, i + 1 − w):i + 1].mean() at each step i; the peak's index "
                          "must be < n − len(tail); compare the tail's mean (raw rewards) with the threshold."),
+    "09.5": CodeExercise("Write my_truncated(lengths, max_completion_length): a run's mean completion length per step "
+                         "(a numpy array) and its length limit; return True when diagnose's completion_truncated "
+                         "rule fires on a run that logs no share of cut answers. The rule: the head is the first "
+                         "max(3, ⌈n / 10⌉) steps, the tail the last max(3, ⌈n / 4⌉); it fires when the mean length "
+                         "over the tail, or over the head, is at least 0.98 × max_completion_length.",
+                         solve.truncated_ref, solve.length_curve_input,
+                         "two windows of different sizes (a tenth at the start, a quarter at the end), each compared "
+                         "by its mean; either one at ≥ 98 % of the limit is enough."),
     # lesson 10: graduation to TRL and verl
     "10.1": Exercise("B = 16, G = 8 on 4 processes, micro_batch_size = 16. What per_device_train_batch_size and "
                      "gradient_accumulation_steps give TRL the same step? Answer [per_device, accumulation].",

@@ -398,6 +398,39 @@ def reward_curve_input(rng):
         curve = np.full(n, 0.4)
     return (np.round(curve + rng.normal(0, 0.01, n), 4),)
 
+def truncated_ref(lengths, max_completion_length):
+    from grpo_edu.beyond.diagnose import diagnose
+
+    rows = [{"step": i + 1, "reward_mean": 0.5, "completion_length": float(n)} for i, n in enumerate(lengths)]
+    found = diagnose(rows, config={"max_completion_length": int(max_completion_length)})
+    return "completion_truncated" in [finding.name for finding in found]
+
+
+def length_curve_input(rng):
+    """A run's mean completion length per step and its max_completion_length, one of six shapes: well below
+    the limit, at it all run long, just under the rule's 98 % all run long, at it only in the last quarter
+    (the run learned to ramble), only in the first tenth (it learned to stop), or only in the middle."""
+    n = int(rng.integers(12, 61))
+    limit = int(rng.choice([4, 8, 20, 42]))
+    head, tail = max(3, math.ceil(n / 10)), max(3, math.ceil(n / 4))
+    at_limit = limit * rng.uniform(0.985, 1.0, n)
+    below = limit * rng.uniform(0.5, 0.85, n)
+    shape = str(rng.choice(["below", "at the limit", "just under", "late", "early", "middle"]))
+    if shape == "below":
+        curve = below
+    elif shape == "at the limit":
+        curve = at_limit
+    elif shape == "just under":                              # 97 %: a rule read as "close to the limit" fires here
+        curve = limit * rng.uniform(0.968, 0.972, n)
+    elif shape == "late":
+        curve = np.concatenate([below[:n - tail], at_limit[n - tail:]])
+    elif shape == "early":                                   # exactly the first tenth: the head must be that long
+        curve = np.concatenate([at_limit[:head], below[head:]])
+    else:
+        curve = np.concatenate([below[:head], at_limit[head:n - tail], below[n - tail:]])
+    return np.round(curve, 3), limit
+
+
 def overlong(length, max_completion_length=42, cache_length=10):
     from grpo_edu.training.rewards import soft_overlong_punishment
 
