@@ -398,6 +398,7 @@ def reward_curve_input(rng):
         curve = np.full(n, 0.4)
     return (np.round(curve + rng.normal(0, 0.01, n), 4),)
 
+
 def truncated_ref(lengths, max_completion_length):
     from grpo_edu.beyond.diagnose import diagnose
 
