@@ -291,14 +291,14 @@ def test_a_fifo_or_a_device_is_not_counted_and_nothing_hangs(tmp_path):
     assert run.returncode == 0, run.stderr.decode()[-2000:]
     out = run.stdout.decode()
     assert "lesson 07: 1 notebook(s)" in out
-    assert "pipe.ipynb: not counted: not a regular file (a FIFO)" in out.replace("  ", " ")
+    assert "pipe.ipynb: not a regular file (a FIFO)" in out
     if os.path.exists("/dev/zero"):
-        assert "/dev/zero: not counted: not a regular file (a device)" in out.replace("  ", " ")
+        assert "/dev/zero: not a regular file (a device)" in out
 
 
 def test_a_file_over_the_size_cap_is_not_counted(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(answers, "MAX_BYTES", 50_000, raising=False)
     work = _answered(tmp_path / "class")
+    monkeypatch.setattr(answers, "MAX_BYTES", work.stat().st_size + 1000, raising=False)
     big = tmp_path / "class" / "big.ipynb"
     big.write_text(work.read_text(encoding="utf-8") + " " * 60_000, encoding="utf-8")
     assert main(["check-answers", str(tmp_path / "class")]) == 0

@@ -72,7 +72,8 @@ def _notes_in(folder):
     found = set()
     for path in folder.iterdir():
         try:
-            found.add(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+            source = json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"]
+            found.add("".join(source) if isinstance(source, list) else source)
         except (ValueError, KeyError, IndexError, OSError):
             pass
     return found
@@ -132,13 +133,13 @@ def test_a_lesson_that_is_a_link_is_never_written_through(tmp_path, capsys):
     lesson = tmp_path / "mine" / "03_zero_sigma.ipynb"
     lesson.unlink()
     lesson.symlink_to(outside)
-    gone = tmp_path / "mine" / "04_kl_estimators.ipynb"
+    gone = tmp_path / "mine" / "04_clipped_loss.ipynb"
     gone.unlink()
     gone.symlink_to(tmp_path / "nowhere.ipynb")                                  # a link to nothing
     for force in ([], ["--force"]):
         assert main(["lessons", str(tmp_path / "mine"), *force]) == 2
         err = capsys.readouterr().err
-        assert "03_zero_sigma.ipynb" in err and "04_kl_estimators.ipynb" in err and "link" in err
+        assert "03_zero_sigma.ipynb" in err and "04_clipped_loss.ipynb" in err and "link" in err
         assert "Traceback" not in err
     assert outside.read_text(encoding="utf-8") == "someone else's file"
     assert not (tmp_path / "nowhere.ipynb").exists()
@@ -158,8 +159,8 @@ def test_a_lesson_name_taken_by_a_folder_or_a_fifo_is_refused_by_name(tmp_path, 
     (tmp_path / "mine" / "03_zero_sigma.ipynb").unlink()
     (tmp_path / "mine" / "03_zero_sigma.ipynb").mkdir()
     if hasattr(os, "mkfifo"):
-        (tmp_path / "mine" / "04_kl_estimators.ipynb").unlink()
-        os.mkfifo(tmp_path / "mine" / "04_kl_estimators.ipynb")
+        (tmp_path / "mine" / "04_clipped_loss.ipynb").unlink()
+        os.mkfifo(tmp_path / "mine" / "04_clipped_loss.ipynb")
     code = "import sys; from grpo_edu.cli import main; sys.exit(main(sys.argv[1:]))"
     for force in ([], ["--force"]):
         try:
@@ -170,7 +171,7 @@ def test_a_lesson_name_taken_by_a_folder_or_a_fifo_is_refused_by_name(tmp_path, 
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
         assert "03_zero_sigma.ipynb" in run.stderr and "folder" in run.stderr
         if hasattr(os, "mkfifo"):
-            assert "04_kl_estimators.ipynb" in run.stderr
+            assert "04_clipped_loss.ipynb" in run.stderr
 
 
 def test_a_target_that_is_a_link_to_nothing_is_refused(tmp_path, capsys):
