@@ -65,7 +65,8 @@ checks every import in the source):
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer
-may show: tables, notes, the course's colours (``display``), and one-writer lock files (``locks``).
+may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``), and
+files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``).
 
 ``cli`` (over everything) — the ``grpo-edu`` command.
 """

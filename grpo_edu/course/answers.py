@@ -231,7 +231,8 @@ def check_report(report, notebooks, *, force=False):
             _checks.fail("--csv", f"{name} is one of the notebooks read ({shown(read)})",
                          "name a new file for the report, e.g. --csv class_answers.csv")
         if stat.S_ISDIR(st.st_mode):
-            _checks.fail("--csv", f"{name} is a folder", f"name a file in it, e.g. --csv {shown(Path(report) / 'answers.csv')}")
+            _checks.fail("--csv", f"{name} is a folder",
+                         f"name a file in it, e.g. --csv {shown(Path(report) / 'answers.csv')}")
         if not stat.S_ISREG(st.st_mode):
             _checks.fail("--csv", f"{name} is not a regular file ({kind(st.st_mode)})",
                          "name a plain file for the report")
