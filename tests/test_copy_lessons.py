@@ -118,10 +118,12 @@ def test_two_forced_updates_at_once_lose_no_students_edit(tmp_path):
         runs = [subprocess.Popen([sys.executable, "-c", RACE, str(folder), str(source), str(start)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
         for run in runs:
-            _, err = run.communicate(timeout=120)
-            assert run.returncode == 0, err.decode()[-2000:]
+            out, err = run.communicate(timeout=120)
+            assert run.returncode == 0 and not out, (out + err).decode()[-2000:]    # neither run was refused
         lost = notes - _notes_in(folder)
         assert not lost, f"trial {trial}: lost {sorted(lost)}"
+        backups = sorted(folder.glob("*.before-*.ipynb"))                # the runs took turns: one backup each
+        assert len(backups) == len(notes), f"trial {trial}: {len(backups)} backups of {len(notes)} edits"
         for nb in source.glob("[0-9][0-9]*_*.ipynb"):             # and the lessons are the course's, whole
             assert (folder / nb.name).read_bytes() == nb.read_bytes()
 
