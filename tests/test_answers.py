@@ -182,16 +182,38 @@ def test_a_csv_that_cannot_be_written_is_refused_before_the_table(tmp_path, how)
         assert (tmp_path / "elsewhere.csv").read_text(encoding="utf-8") == "someone else's"
 
 
-def test_a_read_only_csv_is_refused_before_the_table(tmp_path, capsys):
+def _without_privileges(*args, cwd):
+    """``grpo-edu ARGS`` in a child process that cannot write read-only files: as this user, or
+    (as root) with every capability dropped by ``setpriv``; None where that cannot be done."""
+    import shutil
+
+    code = "import sys; from grpo_edu.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, *map(str, args)]
     if ROOT:
-        pytest.skip("running as a user who can write read-only files (root): nothing to refuse")
+        if not shutil.which("setpriv"):
+            return None
+        argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
+    run = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120)
+    return None if ROOT and "setpriv:" in run.stderr else run
+
+
+@pytest.mark.parametrize("how", ["a read-only file", "a read-only folder"])
+def test_a_read_only_csv_is_refused_before_the_table(tmp_path, how):
     work = _answered(tmp_path)
-    report = tmp_path / "r.csv"
-    report.write_text("x", encoding="utf-8")
-    report.chmod(0o444)
-    assert main(["check-answers", str(work), "--csv", str(report), "--force"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and "--csv" in err and "read-only" in err
+    (tmp_path / "ro").mkdir()
+    report = tmp_path / "r.csv" if how == "a read-only file" else tmp_path / "ro" / "r.csv"
+    if how == "a read-only file":
+        report.write_text("x", encoding="utf-8")
+        report.chmod(0o444)
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        run = _without_privileges("check-answers", work, "--csv", report, "--force", cwd=tmp_path)
+        if run is None:
+            pytest.skip("running as root with no way to drop the right to write read-only files")
+        assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr, run.stderr[-2000:]
+        assert "--csv" in run.stderr and ("read-only" in run.stderr or "cannot write into" in run.stderr)
+    finally:
+        (tmp_path / "ro").chmod(0o755)
 
 
 def test_names_that_a_spreadsheet_would_run_are_written_as_text(tmp_path):
