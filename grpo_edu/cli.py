@@ -437,7 +437,9 @@ def build_parser():
     le = sub.add_parser("lessons", help="copy the lessons into a folder of your own, to work in",
                         description="Copy the course's lesson notebooks into FOLDER (created if missing). A copy you "
                                     "have changed is never overwritten unless you pass --force, and then your version "
-                                    "is kept beside it.")
+                                    "is kept beside it under a name no other file has. Each lesson is written whole "
+                                    "or not at all; a second run on the same folder waits for the first; a lesson "
+                                    "that is a link, a folder or a FIFO is refused by name.")
     le.add_argument("folder", metavar="FOLDER")
     le.add_argument("--force", action="store_true", help="update changed copies too (keeping yours as a backup)")
     le.set_defaults(func=cmd_lessons)

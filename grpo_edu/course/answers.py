@@ -229,7 +229,7 @@ def check_report(report, notebooks, *, force=False):
         read = next((p for p in notebooks if _identity(p) == (st.st_dev, st.st_ino)), None)
         if read is not None:
             _checks.fail("--csv", f"{name} is one of the notebooks read ({shown(read)})",
-                         "name a new file for the report, e.g. --csv class_answers.csv")
+                         "name a new file for the report, outside the folders read, e.g. --csv class_answers.csv")
         if stat.S_ISDIR(st.st_mode):
             _checks.fail("--csv", f"{name} is a folder",
                          f"name a file in it, e.g. --csv {shown(Path(report) / 'answers.csv')}")
