@@ -326,3 +326,30 @@ def test_a_file_over_the_size_cap_is_not_counted(tmp_path, monkeypatch, capsys):
     assert main(["check-answers", str(tmp_path / "class")]) == 0
     out = capsys.readouterr().out
     assert "big.ipynb: too large" in out and "lesson 07: 1 notebook(s)" in out
+
+
+def test_a_folder_too_deep_to_search_is_named_not_silently_skipped(tmp_path, capsys):
+    _answered(tmp_path / "class" / "alice")
+    _answered(tmp_path / "class" / "a" / "b" / "c" / "d")                  # four levels of subfolders down
+    assert main(["check-answers", str(tmp_path / "class")]) == 0
+    out = capsys.readouterr().out
+    assert "lesson 07: 1 notebook(s)" in out and "alice/ana" in out
+    line = next(line for line in out.splitlines() if line.strip().startswith(str(tmp_path / "class" / "a")))
+    assert line.endswith("a folder more than 3 levels of subfolders down: not searched (name it on its own)")
+    assert main(["check-answers", str(tmp_path / "class" / "a")]) == 0       # named on its own, it is read
+    assert "lesson 07: 1 notebook(s)" in capsys.readouterr().out
+
+
+def test_a_folder_that_cannot_be_opened_is_named(tmp_path):
+    _answered(tmp_path / "class" / "alice")
+    _answered(tmp_path / "class" / "bo")
+    (tmp_path / "class" / "bo").chmod(0o000)
+    try:
+        run = _without_privileges("check-answers", tmp_path / "class", cwd=tmp_path)
+        if run is None:
+            pytest.skip("running as root with no way to drop the right to open any folder")
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "lesson 07: 1 notebook(s)" in run.stdout
+        assert f"{tmp_path / 'class' / 'bo'}: a folder that cannot be opened (Permission denied)" in run.stdout
+    finally:
+        (tmp_path / "class" / "bo").chmod(0o755)

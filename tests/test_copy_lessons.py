@@ -227,3 +227,35 @@ def test_names_with_control_characters_are_shown_escaped(tmp_path, capsys):
     assert main(["lessons", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\\x1b[31mred" in out
+
+
+def test_a_lock_left_by_a_killed_run_does_not_stop_the_next(tmp_path):
+    from grpo_edu.course.copy_lessons import LOCK
+
+    copy_lessons(tmp_path / "mine")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                                              # a pid that is no longer running
+    (tmp_path / "mine" / LOCK).write_text(json.dumps({"pid": dead.pid, "host": __import__("socket").gethostname(),
+                                                      "token": "x", "since": "earlier"}), encoding="utf-8")
+    _edit(tmp_path / "mine" / "03_zero_sigma.ipynb", "# Lesson 03 · mine")
+    written, info = copy_lessons(tmp_path / "mine", force=True, wait=2)
+    assert [p.name for p in written] == ["03_zero_sigma.ipynb"] and not (tmp_path / "mine" / LOCK).exists()
+
+
+def test_a_run_that_holds_the_folder_makes_the_next_wait_then_refuse_by_name(tmp_path):
+    from grpo_edu.common import locks
+    from grpo_edu.course.copy_lessons import LOCK
+
+    (tmp_path / "mine").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "mine" / LOCK).write_text(json.dumps({"pid": holder.pid, "host": __import__("socket").gethostname(),
+                                                          "token": "x", "since": "now"}), encoding="utf-8")
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=r"^target: the folder .* is being written by process"):
+            copy_lessons(tmp_path / "mine", wait=0.5)
+        assert time.monotonic() - start >= 0.5 and not list((tmp_path / "mine").glob("*.ipynb"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert locks.holder(tmp_path / "mine" / LOCK)["pid"] == holder.pid       # another's lock is not removed

@@ -121,6 +121,12 @@ def _shape_problem(notebook):
 
 def _load(path):
     """The notebook's cells, or raise ``NotReadable`` with the reason it is not counted."""
+    if os.path.isdir(path):                                  # met in a search: one it could not enter
+        try:
+            os.listdir(path)
+        except OSError as err:
+            raise NotReadable(f"a folder that cannot be opened ({err.strerror})") from None
+        raise NotReadable(f"a folder more than {DEPTH} levels of subfolders down: not searched (name it on its own)")
     data = read_regular(path, MAX_BYTES)
     try:
         notebook = json.loads(data.decode("utf-8"))
@@ -188,17 +194,17 @@ def _walk(folder, depth):
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
+        yield Path(folder), Path(".")                           # named, not counted: "cannot be opened"
         return
     for entry in entries:
         if entry.name.startswith("."):
             continue
         if entry.is_symlink() and entry.is_dir():
             continue                                         # a link to a folder could loop: not followed
-        if entry.is_dir(follow_symlinks=False):
-            if depth > 0:
-                yield from ((f, Path(entry.name) / rel) for f, rel in _walk(entry.path, depth - 1))
+        if entry.is_dir(follow_symlinks=False) and depth > 0:
+            yield from ((f, Path(entry.name) / rel) for f, rel in _walk(entry.path, depth - 1))
             continue
-        yield Path(entry.path), Path(entry.name)
+        yield Path(entry.path), Path(entry.name)             # a folder past DEPTH: named, not counted
 
 
 def find_notebooks(paths):
@@ -214,7 +220,7 @@ def find_notebooks(paths):
             key = _identity(path)
             if key not in seen:
                 seen.add(key)
-                found.append((path, rel.with_suffix("").as_posix()))
+                found.append((path, p.name if rel == Path(".") else rel.with_suffix("").as_posix()))
     names = [student for _, student in found]
     return [(path, str(path.with_suffix("")) if names.count(student) > 1 else student) for path, student in found]
 
