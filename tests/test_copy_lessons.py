@@ -1,6 +1,7 @@
 """grpo-edu lessons DIR: a student's own copy of the lessons, never written over their changes."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -40,6 +41,10 @@ def test_a_file_in_place_of_the_folder_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="^target: .* is a file"):
         copy_lessons(tmp_path / "f")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "pipe")
+        with pytest.raises(ValueError, match=r"^target: .*pipe is not a folder \(a FIFO\)"):
+            copy_lessons(tmp_path / "pipe")
 
 
 def test_a_copied_lesson_runs_from_the_students_folder(tmp_path):
@@ -55,7 +60,6 @@ def test_a_copied_lesson_runs_from_the_students_folder(tmp_path):
 
 # --- nothing lost: every path grpo-edu lessons touches (issue 35) ---------------------------------
 
-import os  # noqa: E402
 import time  # noqa: E402
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

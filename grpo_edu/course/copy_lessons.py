@@ -53,8 +53,8 @@ def copy_lessons(target, *, force=False, source=None, wait=30.0):
         _checks.fail("target", f"{shown(target)} is a symbolic link to nothing ({shown(os.readlink(target))})",
                      "point the link at a folder, or pass another folder")
     if target.exists() and not target.is_dir():
-        _checks.fail("target", f"{shown(target)} is a file" + ("" if target.is_file() else
-                     f" ({kind(target.stat().st_mode)})"), "pass a folder (it is created if missing)")
+        what = "a file" if target.is_file() else f"not a folder ({kind(target.stat().st_mode)})"
+        _checks.fail("target", f"{shown(target)} is {what}", "pass a folder (it is created if missing)")
     blocked = _checks.unwritable_folder(target)
     if blocked is not None:
         _checks.fail("target", f"cannot write into {shown(blocked)}",
