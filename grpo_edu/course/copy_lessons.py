@@ -81,8 +81,10 @@ def _lock(target, wait):
 
 
 def _survey(target, notebooks):
-    """Each lesson's state in ``target``: ``(plan, refused)``; ``plan``: (course file, its bytes,
-    destination, the student's bytes or None if missing) for each lesson that differs or is missing."""
+    """Each lesson's state in ``target``: ``(plan, unchanged, refused)``. ``plan``: (course file, its
+    bytes, destination, the student's bytes or None if missing) for each lesson that differs or is
+    missing; ``unchanged``: the copies that read as the course's; ``refused``: why each lesson that
+    must not be touched (a link, a folder, a FIFO, a file that cannot be read) is refused."""
     plan, unchanged, refused = [], [], []
     for nb in notebooks:
         dest, course = target / nb.name, nb.read_bytes()
