@@ -38,7 +38,7 @@ def test_pairs_exist_exactly_where_grpo_has_a_signal_and_chosen_beats_rejected(B
 # β = 0.5; log π_θ(y_w) = −3, log π_ref(y_w) = −4 (log-ratio +1); log π_θ(y_l) = −2, log π_ref(y_l) = −1 (−1).
 #   Δ = 1 − (−1) = 2, β·Δ = 1, L = −log σ(1) = log(1 + e^(−1)) = 0.313262
 #   ∂L/∂log π_θ(y_w) = −β·σ(−β·Δ) = −0.5·0.268941 = −0.134471, and +0.134471 for y_l
-# Without the reference, Δ would be −3 − (−2) = −1 and L = log(1 + e^(0.5)) = 0.474077.
+# Without the reference, Δ would be −3 − (−2) = −1 and L = log(1 + e^(0.5)) = 0.974077.
 def test_the_loss_by_hand():
     chosen = torch.tensor([-3.0], dtype=torch.float64, requires_grad=True)
     rejected = torch.tensor([-2.0], dtype=torch.float64, requires_grad=True)

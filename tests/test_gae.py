@@ -232,6 +232,10 @@ def test_mismatched_shapes_are_refused_naming_the_argument():
         gae_advantages(torch.ones(2, 2), VALUES, MASK)
     with pytest.raises(ValueError, match=r"^mask: has a row with no completion token"):
         gae_advantages(REWARDS, VALUES, torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match=r"^rewards: holds NaN or infinite values.*Fix"):
+        gae_advantages(torch.tensor([1.0, math.nan]), VALUES, MASK)
+    with pytest.raises(ValueError, match=r"^values: holds NaN or infinite values.*Fix"):
+        gae_advantages(REWARDS, VALUES * math.inf, MASK)
     with pytest.raises(ValueError, match=r"^returns: shape \(2, 2\) does not match.*Fix"):
         value_loss(VALUES, VALUES, VALUES[:, :2], MASK)
     with pytest.raises(ValueError, match=r"^cliprange_value: must be a finite number > 0.*Fix"):

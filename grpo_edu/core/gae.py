@@ -103,6 +103,10 @@ def gae_advantages(rewards, values, mask, *, gamma=1.0, lam=1.0, whiten=False):
     if rewards.ndim == 1:
         rewards = outcome_token_rewards(rewards, mask)                          # r_t, (N, T)
     _check_shapes(mask, rewards=rewards)
+    for name, x in (("rewards", rewards), ("values", values)):
+        if not torch.isfinite(x).all():
+            _checks.fail(name, "holds NaN or infinite values",
+                         "fix what produced them (the reward function, or a diverged critic) before computing Â")
     values, rewards = values.detach(), rewards.to(values.dtype)
 
     T = mask.shape[1]
