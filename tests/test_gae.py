@@ -40,6 +40,8 @@ def test_the_outcome_reward_sits_on_the_last_completion_token():
     same, _ = gae_advantages(token_rewards, VALUES, MASK, gamma=0.9, lam=0.5)   # (N, T) rewards: used as they are
     outcome, _ = gae_advantages(torch.tensor([2.0, 3.0]), VALUES, MASK, gamma=0.9, lam=0.5)
     assert torch.equal(same, outcome)
+    hole = torch.tensor([[1.0, 1.0, 0.0, 1.0, 0.0]])                            # a tool's output at t = 2
+    assert outcome_token_rewards(torch.tensor([5.0]), hole).tolist() == [[0.0, 0.0, 0.0, 5.0, 0.0]]
 
 
 def test_lambda_zero_is_the_one_step_td_error_and_lambda_one_the_monte_carlo_return():

@@ -51,7 +51,7 @@ def _check_shapes(mask, **tensors):
 def outcome_token_rewards(rewards, mask):
     """The outcome reward R_i placed on the last completion token of each row, 0 elsewhere, (N, T).
 
-    rewards: (N,), one per completion (a (B, G) table flattened); mask: (N, T), right-padded.
+    rewards: (N,), one per completion (a (B, G) table flattened); mask: (N, T), 1 on the answer's tokens.
     """
     mask = torch.as_tensor(mask)
     rewards = torch.as_tensor(rewards, dtype=torch.get_default_dtype() if not torch.is_floating_point(mask)
@@ -59,11 +59,12 @@ def outcome_token_rewards(rewards, mask):
     if getattr(mask, "ndim", None) != 2 or rewards.shape[0] != mask.shape[0]:
         _checks.fail("rewards", f"shape {tuple(rewards.shape)} needs one reward per row of mask "
                      f"{tuple(mask.shape)}", "pass (N,) rewards and an (N, T) mask, e.g. rewards.reshape(-1)")
-    lengths = mask.sum(-1).long()                                                # |o_i|, (N,)
-    if (lengths < 1).any():
+    if not (mask != 0).any(-1).all():
         _checks.fail("mask", "has a row with no completion token", "every completion needs at least one token")
+    positions = torch.arange(1, mask.shape[1] + 1)                              # 1..T, (T,)
+    last = ((mask != 0) * positions).argmax(-1)                                 # the last active position, (N,)
     token_rewards = torch.zeros(mask.shape, dtype=rewards.dtype)                 # (N, T)
-    token_rewards[torch.arange(mask.shape[0]), lengths - 1] = rewards            # r_t = R_i at t = |o_i| − 1
+    token_rewards[torch.arange(mask.shape[0]), last] = rewards                   # r_t = R_i on that token
     return token_rewards
 
 
