@@ -16,6 +16,9 @@ checks every import in the source):
     ``kl``              per-token KL estimators k1, k2, k3 against π_ref
     ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
     ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
+    ``gae``             GRPO's family: PPO's critic, GAE(γ, λ) advantages and the clipped value loss
+    ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
+    ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
 
 ``training/`` — the training loop and what it needs (lessons 05–08)
     ``config``          GRPOConfig: every knob of a run, checked up front

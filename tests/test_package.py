@@ -165,3 +165,50 @@ def test_the_instructors_guide_covers_every_lesson_and_its_polls_exist():
     assert listed == lessons, "docs/INSTRUCTORS.md's lesson table must list every lesson once, in order"
     polls = re.findall(r"^\| (\d\d\.P\d+) ", text, re.M)
     assert polls and set(polls) <= set(PREDICTIONS)
+
+
+# --- the front page and the docs pages ---------------------------------------------------------------
+DOC_PAGES = sorted((ROOT / "docs").glob("*.md"))
+
+PAST_WORK = re.compile(
+    r"this session|previous session|until this|since this|for the record|earlier (reading|run|session)s?\b"
+    r"|(measured|re-?measured) (again|anew)|\bused to\b|\bno longer\b|\bis new\b|\bnow (trains|takes|runs)\b",
+    re.IGNORECASE)
+"""Phrases that narrate how a number moved over time: that belongs in commit messages, not on a page."""
+
+
+def test_the_readme_is_a_front_page():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200, "README.md is a front page: move measurements to a docs/ page"
+    for heading in ("## Two commands", "## The lessons", "## For instructors", "## Where to go next"):
+        assert heading in text, heading
+    for page in DOC_PAGES:                                    # every docs page is reachable from the front page
+        assert f"(docs/{page.name})" in text, f"README.md does not link docs/{page.name}"
+
+
+@pytest.mark.parametrize("page", ["README.md"] + [f"docs/{p.name}" for p in DOC_PAGES])
+def test_no_page_narrates_past_work(page):
+    for number, line in enumerate((ROOT / page).read_text(encoding="utf-8").splitlines(), 1):
+        match = PAST_WORK.search(line)
+        assert not match, f"{page}:{number} narrates past work ({match.group(0)!r}): state what holds now"
+
+
+def _anchors(markdown):
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in markdown.splitlines() if re.match(r"#{1,6} ", line)}
+
+
+@pytest.mark.parametrize("page", ["README.md"] + [f"docs/{p.name}" for p in DOC_PAGES])
+def test_every_relative_link_resolves(page):
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    for link in links:
+        if re.match(r"[a-z]+:", link):                        # http(s), mailto: not followed offline
+            continue
+        target, _, anchor = link.partition("#")
+        file = (path.parent / target).resolve() if target else path
+        assert file.exists(), f"{page} links {link}, which does not exist"
+        if anchor and file.suffix == ".md":
+            assert anchor in _anchors(file.read_text(encoding="utf-8")), f"{page} links {link}: no such heading"
