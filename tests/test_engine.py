@@ -221,3 +221,28 @@ def test_the_trainer_samples_with_the_engine_when_asked(monkeypatch):
     assert calls == [1] and metrics["completion_length"] > 0
     GRPOTrainer(GRPOConfig(batch_size=4, num_generations=4, total_training_steps=2, eval_size=0)).step()
     assert calls == [1], "the default sampler is the loop"
+
+
+def test_bench_sampler_prints_both_samplers_and_the_step(capsys, monkeypatch):
+    """``grpo-edu bench --sampler`` wiring, made small: tiny batches, and the step's children answered in-process."""
+    from grpo_edu.beyond import bench
+
+    monkeypatch.setattr(bench, "SAMPLER_WORKLOADS", {
+        "sums": dict(bench.SAMPLER_WORKLOADS["sums"], batch_size=2, num_generations=2, max_new_tokens=6),
+        "adder": dict(bench.SAMPLER_WORKLOADS["adder"], batch_size=2, num_generations=2)})
+    steps = []
+    monkeypatch.setattr(bench, "_run_child", lambda name, s, w, **kw: steps.append((name, kw)) or {
+        "median_step_s": {"step_loop": 0.2, "step_engine": 0.1}[name]})
+    before = torch.get_num_threads()
+    try:
+        assert bench.main(["--sampler", "--steps", "1", "--warmup", "0", "--rounds", "2"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    out = capsys.readouterr().out
+    for workload in ("sums", "adder"):
+        assert f"{workload} (" in out
+    assert len([line for line in out.splitlines() if line.startswith(("  loop ", "  engine  "))]) == 4
+    assert out.count("engine / loop") == 2 and "step, engine / loop          median 0.50×" in out
+    assert sorted(steps) == [("step_engine", {"threads": 1, "workload": "sums"})] * 2 + [
+        ("step_loop", {"threads": 1, "workload": "sums"})] * 2
+    assert set(bench.CHILDREN) >= {"step_loop", "step_engine"}
