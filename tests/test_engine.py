@@ -242,7 +242,7 @@ def test_bench_sampler_prints_both_samplers_and_the_step(capsys, monkeypatch):
     for workload in ("sums", "adder"):
         assert f"{workload} (" in out
     assert len([line for line in out.splitlines() if line.startswith(("  loop ", "  engine  "))]) == 4
-    assert out.count("engine / loop") == 2 and "step, engine / loop          median 0.50×" in out
+    assert out.count("  engine / loop ") == 2 and "step, engine / loop          median 0.50×" in out
     assert sorted(steps) == [("step_engine", {"threads": 1, "workload": "sums"})] * 2 + [
         ("step_loop", {"threads": 1, "workload": "sums"})] * 2
     assert set(bench.CHILDREN) >= {"step_loop", "step_engine"}
