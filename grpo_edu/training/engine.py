@@ -68,6 +68,9 @@ def fast_path_refusal(model):
         return f"its RoPE type {rope.get('rope_type')!r} depends on the sequence length"
     if getattr(config, "pretraining_tp", 1) != 1:
         return "it splits its linear layers (pretraining_tp > 1)"
+    if not hasattr(model.model, "rotary_emb") or not all(hasattr(layer.self_attn, "scaling")
+                                                         for layer in model.model.layers):
+        return "its transformers version lays Llama out otherwise (no model.rotary_emb or attention scaling)"
     return None
 
 
