@@ -21,6 +21,10 @@ benchmark would sample shorter answers and do less work per step (an earlier ver
 trainer learn at 2e-4 while the floor stood still, and the trainer then "beat" the floor). The
 arithmetic of every update is still done in full.
 
+``--sampler`` times the two samplers instead: tokens per second of the loop (``rollout.generate``) and the
+engine (``training/engine.py``) on one thread, on lesson 11's model and on the adder, then the ``sums``
+preset's whole training step with ``sampler="loop"`` and ``sampler="engine"``.
+
 Noise. A 2-core laptop's timings move by ±20 % from one run to the next. So the contenders run
 in rounds, interleaved (grpo_edu, floor, trl, then again in a rotated order), and each ratio is
 reported as the median over the rounds with its range: one noisy round cannot decide a claim.
