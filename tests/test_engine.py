@@ -124,6 +124,20 @@ def test_greedy_answers_equal_model_generate(request, name):
     assert torch.equal(out.prompt_ids, loop.prompt_ids) and torch.equal(out.prompt_mask, loop.prompt_mask)
 
 
+@pytest.mark.parametrize("name", ["sums", "tiny_gpt2"])
+def test_finished_answers_leave_the_batch(request, name, monkeypatch):
+    """Each decode step computes exactly the rows still going: after token t, those longer than t + 1 tokens."""
+    model, tokenizer, prompts, max_new = _case(request, name)
+    decoder = engine._LlamaDecoder if name == "sums" else engine._TransformersDecoder
+    rows, step = [], decoder.step
+    monkeypatch.setattr(decoder, "step", lambda self, tokens: rows.append(len(tokens)) or step(self, tokens))
+    out = engine.generate(model, tokenizer, prompts, num_generations=4, max_new_tokens=max_new,
+                          generator=torch.Generator().manual_seed(0))
+    lengths = out.lengths
+    assert rows == [int((lengths > t + 1).sum()) for t in range(out.completion_ids.shape[1] - 1)]
+    assert rows[-1] < rows[0] <= len(lengths)
+
+
 def _chi2_p(first, second, min_expected=5.0):
     """Two-sample χ² test of equal distributions over the categories of two lists; returns (p, categories).
     Categories expected fewer than ``min_expected`` times in either sample are pooled into one."""
