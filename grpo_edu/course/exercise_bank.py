@@ -282,7 +282,7 @@ EXERCISES: dict[str, Any] = {
                      "many times harder is each token of the short one pushed down than each token of the long one?",
                      lambda: round(solve.push_ratio(5, 40, "grpo"), 3),
                      "'grpo' divides each answer's token sum by its own length |o_i|: the push per token is Â/(N·|o_i|)."),
-    "11.2": Exercise("The same two answers under loss_type='dr_grpo'. The same ratio?",
+    "11.2": Exercise("The same two answers under loss_type='dr_grpo'. What is the ratio now?",
                      lambda: round(solve.push_ratio(5, 40, "dr_grpo"), 3),
                      "'dr_grpo' divides every answer by the same constant, N · max_completion_length."),
     "11.3": Exercise("Soft overlong punishment with max_completion_length = 42 and cache_length = 10: what reward "
