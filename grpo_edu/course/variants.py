@@ -33,7 +33,9 @@ VARIANTS = {
     "rloo": dict(advantage_estimator="rloo"),
     "reinforce++": dict(advantage_estimator="reinforce_plus_plus_baseline"),
 }
-"""Each variant's settings on top of :data:`COMMON` (TRL's names; see the README's variants table)."""
+"""Each variant's settings on top of :data:`COMMON` (``GRPOConfig`` fields; lesson 12's map gives TRL's names).
+``dapo_loss`` is a control, not a published variant: DAPO's token-level mean alone (no clip-higher, no
+masking, no dynamic sampling), the aggregation CISPO uses, so that CISPO can be compared with it."""
 
 METRICS = ("before", "after", "pass@8", "len_right", "len_wrong", "entropy", "truncated", "dead", "clip", "generated",
            "seconds")
@@ -105,8 +107,9 @@ def stored_race(folder=None):
 
     Each row gains ``kernels``, the CPU kernels it ran on (``torch.backends.cpu.get_cpu_capability()``,
     "DEFAULT" under ``ATEN_CPU_CAPABILITY=default``); ``info`` lists the files, their commands, seeds and
-    kernels. Lesson 12 reads the full race from here: eight variants over three seeds and two kernel
-    sets take about 20 minutes of one core, far beyond a lesson's three.
+    kernels. The variants come in the order of :data:`VARIANTS`. Lesson 12 reads the full race from here:
+    nine settings over three seeds and two kernel sets take about 25 minutes of one core, far beyond a
+    lesson's three.
     """
     import json
     from pathlib import Path
@@ -126,7 +129,8 @@ def stored_race(folder=None):
             merged.setdefault(name, []).extend({**row, "kernels": stored["cpu_capability"]} for row in rows)
         info["files"].append({"file": path.name, "command": stored["command"], "kernels": stored["cpu_capability"],
                               "seeds": sorted({row["seed"] for rows in stored["results"].values() for row in rows})})
-    return merged, info
+    order = [*VARIANTS, *sorted(set(merged) - set(VARIANTS))]                  # the order of VARIANTS, not of the files
+    return {name: merged[name] for name in order if name in merged}, info
 
 
 def step_times(names=tuple(VARIANTS), *, steps=6, warmup=2, seed=0):
