@@ -148,3 +148,14 @@ def test_the_difference_table_and_plot_show_every_seed():
     fig = viz.paired_differences(variants.paired_differences(race))
     dots = [line for line in fig.axes[0].lines if line.get_linestyle() == "None"]
     assert sorted(float(line.get_xdata()[0]) for line in dots) == pytest.approx([-15.0, -10.0, -10.0])
+
+
+def test_race_curves_draw_every_setting_of_the_race_and_refuse_more_than_their_colours():
+    from grpo_edu.course import viz
+
+    rows = lambda v: [{"curve": [v, v + 0.1]}, {"curve": [v, v + 0.2]}]        # noqa: E731
+    fig = viz.race_curves({name: rows(i / 10) for i, name in enumerate(variants.VARIANTS)})
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert labels == list(variants.VARIANTS) and len(labels) == 9                # one line each, none dropped by zip
+    with pytest.raises(ValueError, match="^results: 11 variants"):
+        viz.race_curves({f"v{i}": rows(0.1) for i in range(11)})
