@@ -317,4 +317,13 @@ EXERCISES: dict[str, Any] = {
                          lambda r, a, tp, tn: solve.policy_term("sapo", r, a, tau_pos=tp, tau_neg=tn), solve.sapo_input,
                          "tau = np.where(advantage > 0, tau_pos, tau_neg); σ(x) = 1 / (1 + np.exp(−x)); at r = 1 "
                          "the term is −2Â/τ and its slope in r is −Â, as GRPO's."),
+    "12.5": Exercise("One token with Â = +1 whose ratio has moved to r = 1.5 on the second update. How hard does "
+                     "each variant push its log π (the push −∂loss/∂log π of a one-token answer)? Answer "
+                     "[grpo (ε = 0.2), cispo (ε_max = 5), sapo (τ = 1)], to 2 decimals.",
+                     lambda: [round(x, 2) + 0.0 for x in solve.push_off_policy(
+                         1.5, 1.0, [dict(loss_type="grpo"), dict(loss_type="cispo", epsilon_high=5.0),
+                                    dict(loss_type="sapo", sapo_temperature_pos=1.0)])],
+                     "GRPO: r·Â is clipped at 1 + ε = 1.2 when Â > 0, and the clipped term has no gradient. CISPO: the "
+                     "weight min(r, ε_max) times Â. SAPO: d/dlog π of σ(τ(r − 1))·4/τ·Â is 4σ'(τ(r − 1))·r·Â, "
+                     "with σ' = σ(1 − σ).", tolerance=0.01),
 }

@@ -746,7 +746,10 @@ def race_curves(results, *, key="curve", ax=None):
     at each step, with the runs' [min, max] band for ``grpo``. ``results``: {variant: [rows]} as
     ``grpo_edu.course.variants.stored_race`` returns."""
     fig, ax = _axes(ax, (8.0, 3.6))
-    palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf")
+    palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#9467bd")
+    if len(results) > len(palette):
+        raise ValueError(f"results: {len(results)} variants, but race_curves has {len(palette)} colours. "
+                         "Fix: pass at most that many variants.")
     for (name, rows), color in zip(results.items(), palette):
         curves = np.array([row[key] for row in rows], dtype=float)          # (runs, steps)
         steps = np.arange(1, curves.shape[1] + 1)
@@ -757,4 +760,32 @@ def race_curves(results, *, key="curve", ax=None):
     ax.set_xlabel("step")
     ax.set_ylabel("training reward (median over runs)")
     ax.legend(fontsize=7, ncol=3, loc="lower right")
+    return fig
+
+
+def paired_differences(differences, *, resolved=0.10, label="held-out accuracy", ax=None):
+    """Each variant's per-seed difference against the baseline, in points, as dots (one per seed,
+    labelled with it), with their mean as a bar (lesson 12). The grey band, |mean| < ``resolved``,
+    is where a few seeds cannot tell the variants apart. ``differences``: {variant: {seed: difference}}
+    (``grpo_edu.course.variants.paired_differences``; a difference is a share, drawn × 100)."""
+    fig, ax = _axes(ax, (8.0, 0.42 * len(differences) + 1.3))
+    names = list(differences)
+    ax.axvspan(-100 * resolved, 100 * resolved, color=GREY, alpha=0.15, lw=0,
+               label=f"|mean| < {100 * resolved:g} points: unresolved")
+    ax.axvline(0.0, color="black", lw=0.8)
+    seeds = sorted({seed for diffs in differences.values() for seed in diffs})
+    markers = dict(zip(seeds, "os^Dvp<>"))
+    for y, name in enumerate(names):
+        diffs = differences[name]
+        if not diffs:
+            continue
+        mean = 100 * sum(diffs.values()) / len(diffs)
+        ax.plot([mean, mean], [y - 0.32, y + 0.32], color=BLUE, lw=3, label="mean over seeds" if y == 0 else None)
+        for seed, d in diffs.items():
+            ax.plot(100 * d, y, markers.get(seed, "o"), color=ORANGE, ms=6, mec="black", mew=0.5, ls="none",
+                    label=f"seed {seed}" if y == 0 else None)
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{label}: variant − baseline on the same seed (points)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
