@@ -517,8 +517,9 @@ masking that many answers would remove nearly the whole batch's gradient, the ri
 def _completion_length(log):
     """Truncation: the logged share cut at the limit (``truncated_fraction``, TRL's clipped_ratio) ≥ 0.2
     at the end; or, where no share is logged (config given), mean completion_length ≥ 0.98 ×
-    max_completion_length at the start or end: severity 60 (masking is suggested only below a cut share of 90 %). A start where many answers ramble past the
-    limit, ended by a run that learned to stop, is not a finding (the bundled model's first steps).
+    max_completion_length at the start or end: severity 60 (masking is suggested only below a cut share of 90 %).
+    A start where many answers ramble past the limit, ended by a run that learned to stop, is not a finding (the
+    bundled model's first steps).
     Length collapse: the end's mean length < 0.5 × the start's: severity 50."""
     limit = log.config.get("max_completion_length")
     logged = log.mean(log.tail, "truncated_fraction") is not None
