@@ -36,7 +36,7 @@ def test_gated_brevity_gives_a_group_the_advantages_of_correctness_alone():
     gated = group_advantages([REWARDS["brevity 0.8, gated"](prompts, completions, answer=answer)])
     hackable = group_advantages([REWARDS["brevity 0.8"](prompts, completions, answer=answer)])
     assert abs(gated - plain).max() < 1e-3
-    assert abs(hackable - plain).max() > 0.5                                   # the ungated bonus is a signal of its own
+    assert abs(hackable - plain).max() > 0.5                                  # the ungated bonus: a signal of its own
 
 
 def test_every_case_is_well_formed():
