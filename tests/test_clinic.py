@@ -24,8 +24,24 @@ def test_gated_brevity_pays_only_right_answers_and_shorter_ones_more():
     assert REWARDS["brevity 0.8"](["1+2="], [""], answer=["3"]) == [pytest.approx(0.8)]   # the loophole
 
 
+def test_gated_brevity_gives_a_group_the_advantages_of_correctness_alone():
+    # lesson 09b §5: every right answer to a prompt is the same string, so the gate pays c · 1[right] with one c per
+    # prompt, and dividing by σ removes c: the cure trains as the correctness-only run does, up to the 1e-4 in σ + eps
+    from grpo_edu.core.advantages import group_advantages
+    from grpo_edu.training.rewards import correctness
+
+    prompts, answer = ["12+34="] * 8, ["46"] * 8
+    completions = ["46", "45", "46", "", "4", "46", "146", "6"]
+    plain = group_advantages([correctness(prompts, completions, answer)])
+    gated = group_advantages([REWARDS["brevity 0.8, gated"](prompts, completions, answer=answer)])
+    hackable = group_advantages([REWARDS["brevity 0.8"](prompts, completions, answer=answer)])
+    assert abs(gated - plain).max() < 1e-3
+    assert abs(hackable - plain).max() > 0.5                                  # the ungated bonus: a signal of its own
+
+
 def test_every_case_is_well_formed():
     for name, case in CASES.items():
+        assert case.change and case.change != case.title, name       # the setting, shown before the reveal
         assert case.expected in CLINIC_MENU, name
         assert case.reward in REWARDS and case.fix_reward in REWARDS
         clinic.config(case.sick), clinic.config(case.fix)                            # valid configs

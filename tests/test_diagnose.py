@@ -162,6 +162,10 @@ def test_no_progress_needs_live_groups_and_a_long_enough_run():
     assert top.fixes[0][:2] == ("beta", "5 → 0.04 (DeepSeekMath's value)")
     low_lr = diagnose(history(**flat), config=GRPOConfig(learning_rate=1e-5))[0]
     assert low_lr.causes[0].startswith("learning_rate = 1e-5 is small")
+    # divided by σ, Â is about ±1 whatever the reward's scale: β is weighed against that, not the reward
+    assert "whatever the reward's scale" in top.causes[0] and "0–1" not in top.causes[0]
+    unscaled = diagnose(history(**flat), config=GRPOConfig(beta=5.0, scale="none"))[0]
+    assert "scale='none'" in unscaled.causes[0] and "keep the reward's units" in unscaled.causes[0]
     spikes = diagnose(history(**SICK["grad_norm_spikes"]), config=GRPOConfig(beta=10.0))[0]
     assert spikes.name == "grad_norm_spikes" and spikes.causes[0].startswith("beta = 10 is large")
     assert diagnose(history(n=29, **flat)) == []                                # too short to judge
@@ -185,6 +189,18 @@ def test_truncation_needs_the_limit_from_the_config():
     assert ("max_completion_length", "4 → 8") == findings[0].fixes[0][:2]
     assert ("mask_truncated_completions", "True") == findings[0].fixes[1][:2]
     assert diagnose(cut, config=GRPOConfig(max_completion_length=8)) == []
+
+
+def test_masking_is_not_suggested_when_nearly_every_answer_is_cut():
+    # lesson 09b's case 6: 98 % cut, the right answers included; masking them would leave no gradient
+    def fixes(share):
+        rows = history(completion_length=lambda t, n: 2.0, truncated_fraction=lambda t, n: share)
+        top = diagnose(rows, config=GRPOConfig(max_completion_length=2))[0]
+        assert top.name == "completion_truncated"
+        return [fix[0] for fix in top.fixes]
+    assert "mask_truncated_completions" not in fixes(0.98)
+    assert "mask_truncated_completions" not in fixes(0.9)
+    assert fixes(0.5) == ["max_completion_length", "mask_truncated_completions", "loss_type"]
 
 
 def test_clip_with_one_iteration_is_itself_a_sign():

@@ -291,8 +291,8 @@ def _no_progress(log):
               "max_grad_norm too small: every update is clipped to a tiny step",
               "too few steps for the model to move"]
     if _checks.is_finite_number(beta) and beta >= 0.5:
-        causes[0] = (f"beta = {_number(beta)} is large: with rewards on a 0–1 scale the KL penalty outweighs the "
-                     "advantages, so the policy stays at π_ref" + ("" if kl is None else f" (its KL is {kl:.3g})"))
+        causes[0] = (f"beta = {_number(beta)} is large: " + _beta_against_advantages(log)
+                     + ", so the policy stays at π_ref" + ("" if kl is None else f" (its KL is {kl:.3g})"))
     elif _checks.is_finite_number(lr) and lr < 1e-4:
         causes.insert(0, causes.pop(1).replace("learning_rate too small", f"learning_rate = {_number(lr)} is small"))
     fixes = [("beta", f"{_number(beta)} → 0.04 (DeepSeekMath's value)" if _checks.is_finite_number(beta) and beta > 0.04
@@ -495,11 +495,31 @@ def _entropy_collapse(log):
         "05_toy_grpo", 55 if lost else 35)
 
 
+def _beta_against_advantages(log):
+    """What β is weighed against. Divided by σ (scale 'group' or 'batch' under the default estimator), Â is about ±1
+    whatever the reward's scale, so the tolerable β does not depend on it (reinforce_plus_plus_baseline whitens over
+    the batch: the same); with scale='none' (Dr. GRPO) or advantage_estimator='rloo' (no σ), Â carries the
+    reward's units."""
+    scale, estimator = log.config.get("scale", "group"), log.config.get("advantage_estimator", "grpo")
+    if scale == "none" or estimator == "rloo":
+        return (f"with scale={scale!r} and advantage_estimator={estimator!r} the advantages keep the reward's "
+                "units, so on a 0–1 reward the KL term's gradient outweighs the policy term's (a reward 10× larger "
+                "would tolerate a β 10× larger)")
+    return ("with advantages divided by σ (about ±1 in every live group, whatever the reward's scale), the KL "
+            "term's gradient outweighs the policy term's")
+
+
+MASKING_USELESS_FROM = 0.9
+"""Share of cut completions from which ``completion_truncated`` no longer suggests mask_truncated_completions:
+masking that many answers would remove nearly the whole batch's gradient, the right answers' included."""
+
+
 def _completion_length(log):
     """Truncation: the logged share cut at the limit (``truncated_fraction``, TRL's clipped_ratio) ≥ 0.2
     at the end; or, where no share is logged (config given), mean completion_length ≥ 0.98 ×
-    max_completion_length at the start or end: severity 60. A start where many answers ramble past the
-    limit, ended by a run that learned to stop, is not a finding (the bundled model's first steps).
+    max_completion_length at the start or end: severity 60 (masking is suggested only below a cut share of 90 %).
+    A start where many answers ramble past the limit, ended by a run that learned to stop, is not a finding (the
+    bundled model's first steps).
     Length collapse: the end's mean length < 0.5 × the start's: severity 50."""
     limit = log.config.get("max_completion_length")
     logged = log.mean(log.tail, "truncated_fraction") is not None
@@ -514,6 +534,10 @@ def _completion_length(log):
             evidence = _evidence("completion_length", log.points(rows, "completion_length"), summary, 0.98 * limit)
         else:
             continue
+        # masking helps when some answers are cut; when nearly all are, it would leave almost no gradient at all
+        masking = [] if cut is not None and cut >= MASKING_USELESS_FROM else [
+            ("mask_truncated_completions", "True", "a cut answer keeps its place in its group's mean and σ but "
+             "gets no gradient, so its correct working is not pushed down (DAPO's overlong filtering; lesson 11)")]
         return Finding(
             "completion_truncated", "The completions run into max_completion_length: answers are cut off before "
             "they end, so an answer that needs more tokens can never be right.", evidence,
@@ -521,9 +545,7 @@ def _completion_length(log):
              "the model rambles and rarely ends with <eos> (loss_type='grpo' penalises long wrong answers less per "
              "token)"],
             [("max_completion_length", log.change("max_completion_length", 2, "raise it"),
-              "room for a whole answer and its <eos>"),
-             ("mask_truncated_completions", "True", "a cut answer keeps its place in its group's mean and σ but "
-              "gets no gradient, so its correct working is not pushed down (DAPO's overlong filtering; lesson 11)"),
+              "room for a whole answer and its <eos>"), *masking,
              ("loss_type", "'dapo' (TRL's default)", "weighs every token equally, removing the length bias")],
             "08_full_grpo_run", 60)
     start, end = log.mean(log.head, "completion_length"), log.mean(log.tail, "completion_length")

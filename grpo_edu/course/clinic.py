@@ -72,29 +72,33 @@ class Case:
     fix_reward: str = "task"
     advice: dict = field(default_factory=dict)
     """The guide's remedies tried on the sick run: {label: (overrides, reward key)}."""
+    change: str = ""
+    """The one change from the default run, named by its setting and not by its illness: what a lesson shows
+    before the reveal, where the title would give the diagnosis away."""
 
 
 CASES = {
     "lr_10x": Case(
-        "learning rate 10× too high", {"learning_rate": 3e-3}, "reward_collapse",
+        "learning rate 10× too high", {"learning_rate": 3e-3}, "reward_collapse", change="learning_rate = 3e-3",
         advice={"raise the KL coefficient (β 0.04 → 0.4)": ({"learning_rate": 3e-3, "beta": 0.4}, "task")}),
     # the guide's third remedy, accumulating gradients, is not a run: its first update is the whole batch's up to
     # float rounding (lesson 09 shows it in one step), so its run is the sick run again
     "broken_reward": Case("a broken reward (str compared with int)", {}, "reward_always_zero",
-                          reward="str_vs_int"),
+                          reward="str_vs_int", change="a reward function of the user's own"),
     "cold": Case(
-        "temperature too low (τ = 0.3)", {"temperature": 0.3}, "no_reward_signal",
+        "temperature too low (τ = 0.3)", {"temperature": 0.3}, "no_reward_signal", change="temperature = 0.3",
         advice={"raise G (8 → 16)": ({"temperature": 0.3, "num_generations": 16}, "task"),
                 "lower the KL coefficient (β 0.04 → 0)": ({"temperature": 0.3, "beta": 0.0}, "task"),
                 "raise the temperature (0.3 → 0.7)": ({"temperature": 0.7}, "task")}),
-    "G2": Case("G = 2", {"num_generations": 2}, "few_live_groups",
+    "G2": Case("G = 2", {"num_generations": 2}, "few_live_groups", change="num_generations = 2",
                advice={"G = 2 with 4× the prompts (batch_size 64)": ({"num_generations": 2, "batch_size": 64},
                                                                       "task")}),
-    "beta_10": Case("β too large (β = 10)", {"beta": 10.0}, "no_progress"),
+    "beta_10": Case("β too large (β = 10)", {"beta": 10.0}, "no_progress", change="beta = 10"),
     "truncated": Case("answers cut off (max_completion_length = 2)", {"max_completion_length": 2},
-                      "completion_truncated"),
+                      "completion_truncated", change="max_completion_length = 2"),
     "hackable": Case("a hackable reward (brevity weighted 0.8)", {}, "reward_up_accuracy_down",
-                     reward="brevity 0.8", fix_reward="brevity 0.8, gated"),
+                     reward="brevity 0.8", fix_reward="brevity 0.8, gated",
+                     change="reward 0.2 × correctness + 0.8 × brevity"),
 }
 """The lesson's cases, in its order."""
 

@@ -78,7 +78,8 @@ class GRPOConfig:
     μ for the group mean and uses this name). 1 = strictly on-policy: the policy updated is the one that sampled."""
 
     learning_rate: float = 3e-4
-    """AdamW step size at the first step. 5e-6–2e-5 for LLMs (seed 004); the 130k-parameter bundled model
+    """AdamW step size at the first step. About 1e-6 for full fine-tuning of an LLM (DeepSeekMath, TRL's default);
+    5e-6–2e-5 (seed 004), or higher, for LoRA adapters; the 130k-parameter bundled model
     takes 3e-4 (2e-3 makes it collapse within 30 steps: lesson 05)."""
     lr_scheduler_type: str = "linear"
     """How the learning rate changes over the run: "linear" (to 0 at the end, TRL's default) or "constant"."""
