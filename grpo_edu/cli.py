@@ -69,6 +69,11 @@ def _field_type(field):
     return args[0] if args else hint
 
 
+def _takes_none(field):
+    """True when a config field's type is ``X | None``: only then does the word ``none`` mean None."""
+    return type(None) in typing.get_args(typing.get_type_hints(GRPOConfig)[field.name])
+
+
 def _none_or(kind):
     def parse(text):
         return None if text.lower() == "none" else kind(text)
@@ -99,7 +104,8 @@ def _add_config_flags(parser):
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=text)
         else:
             metavar = "{" + ",".join(choices) + "}" if choices else kind.__name__.upper()
-            group.add_argument(flag, type=_none_or(kind), default=field.default, metavar=metavar, help=text)
+            parse = _none_or(kind) if _takes_none(field) else kind     # --scale none keeps the word
+            group.add_argument(flag, type=parse, default=field.default, metavar=metavar, help=text)
 
 
 def _add_preset_flag(parser):
@@ -207,10 +213,15 @@ class MetricsFile:
             self.file.close()
 
 
-def check_metrics_out(path, *, replace=False):
+def check_metrics_out(path, *, replace=False, inputs=()):
     """Refuse a ``--metrics-out`` that cannot be written, or that would silently replace another
-    run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``)."""
+    run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``), or a file
+    the run reads or keeps itself (``inputs``: {field: path}, e.g. the dataset or the replay buffer)."""
     path = Path(path)
+    for field, other in dict(inputs).items():
+        if other is not None and os.path.abspath(other) == os.path.abspath(path):
+            _fail("--metrics-out", f"{path} is also the run's {field}, which the metrics would overwrite",
+                  "write the metrics to a file of their own, e.g. metrics.jsonl")
     if path.is_dir():
         _fail("--metrics-out", f"{path} is a folder", "pass a file path, e.g. metrics.jsonl")
     folder = path.resolve().parent
@@ -230,6 +241,25 @@ def _fail(arg, problem, fix):
     _checks.fail(arg, problem, fix)
 
 
+def check_dataset(path):
+    """Refuse a ``--dataset`` that is not a regular file, before the model loads: a folder, a missing file, or a
+    device or pipe (reading /dev/zero would never end)."""
+    import stat
+
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode                 # follows a link: what would be read
+    except OSError:
+        _fail("dataset", f"{path} does not exist (relative paths start from {os.getcwd()})",
+              "check the path, or leave --dataset out to train on the task's own prompts")
+    if stat.S_ISDIR(mode):
+        _fail("dataset", f"{path} is a folder", "name the prompt file inside it (.json, .jsonl or .csv)")
+    if not stat.S_ISREG(mode):
+        _fail("dataset", f"{path} is not a regular file (a device, a pipe, or a link to one), so reading it might "
+              "never end", "pass a .json, .jsonl or .csv file of prompts")
+
+
 def cmd_train(args):
     from tqdm.auto import tqdm
 
@@ -240,7 +270,8 @@ def cmd_train(args):
         _fail("--overwrite", "cannot be combined with --resume",
               "resume a run (it keeps its checkpoints) or overwrite it, not both")
     if args.metrics_out:                          # every output path is checked before anything is deleted
-        check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite)
+        check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite,
+                          inputs={"dataset": args.dataset, "replay_path": args.replay_path})
     if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
         args.output_dir = default_run_dir()
     elif args.output_dir is None:                         # ...so its checks (e.g. --checkpoint-every) see that folder
@@ -250,11 +281,14 @@ def cmd_train(args):
         print(f"output_dir: not given, so this resumed run saves into {args.output_dir}, the folder it resumes",
               file=sys.stderr)
     config = _config_from(args)                    # every field checked before any model loads
-    if config.output_dir and not (args.resume or args.overwrite):
+    check_dataset(config.dataset)
+    if config.output_dir:
         from grpo_edu.training import run_folder
 
         run_folder.check_output_dir(config.output_dir)
-        run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
+        run_folder.refuse_if_locked(config.output_dir)     # a live run writes there: refused, even with --overwrite
+        if not (args.resume or args.overwrite):
+            run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
 
     def show_eval(record):                         # printed as soon as it is measured
         when = "before training" if record["step"] == 0 else f"at step {record['step']}"
