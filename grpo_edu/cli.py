@@ -170,6 +170,7 @@ def cmd_export(args):
     if args.output_dir is None:                    # the same defaults and checks as train, so that what
         args.output_dir = default_run_dir()        # train accepts exports, and what it refuses does not
     config = _config_from(args)
+    check_dataset(config.dataset)
     rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
     config.schedule(len(rows))                     # e.g. a batch larger than the dataset
     result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
@@ -192,15 +193,34 @@ class MetricsFile:
     """``--metrics-out``: opened at the first finished step, with the run's whole history.
 
     Nothing is touched before a step completes, so a resume that fails leaves the file as
-    it was; a resumed run writes the restored steps first, then its new ones.
+    it was; a resumed run writes the restored steps first, then its new ones. Unless ``replace``
+    (--resume, --overwrite) the file is created exclusively: one that another run created after
+    the checks is kept, and this run's metrics go beside it (NAME-2.jsonl, ...), said once.
     """
 
-    def __init__(self, path, trainer):
-        self.path, self.trainer, self.file = path, trainer, None
+    def __init__(self, path, trainer, *, replace=False):
+        self.path, self.trainer, self.file, self.replace = path, trainer, None, replace
+
+    def _open(self):
+        if self.replace:
+            return open(self.path, "w", encoding="utf-8")
+        path, n = Path(self.path), 1
+        while True:
+            try:
+                handle = open(path, "x", encoding="utf-8")
+            except FileExistsError:
+                n += 1
+                path = Path(self.path).with_name(f"{Path(self.path).stem}-{n}{Path(self.path).suffix}")
+                continue
+            if n > 1:
+                print(f"grpo-edu train: warning: --metrics-out: {self.path} appeared during the run (another "
+                      f"run's?): kept it; this run's metrics go to {path}", file=sys.stderr, flush=True)
+                self.path = str(path)
+            return handle
 
     def __call__(self, metrics):
         if self.file is None:
-            self.file = open(self.path, "w", encoding="utf-8")
+            self.file = self._open()
             rows = self.trainer.history          # already holds this step
         else:
             rows = [metrics]
@@ -242,8 +262,9 @@ def _fail(arg, problem, fix):
 
 
 def check_dataset(path):
-    """Refuse a ``--dataset`` that is not a regular file, before the model loads: a folder, a missing file, or a
-    device or pipe (reading /dev/zero would never end)."""
+    """Refuse a ``--dataset`` that exists but is not a regular file, before the model loads: a folder, or a device
+    or pipe (reading /dev/zero would never end). A missing file is the prompt loader's to name (``source: no file
+    at ...``), which train and export both run before any model loads."""
     import stat
 
     if path is None:
@@ -251,13 +272,28 @@ def check_dataset(path):
     try:
         mode = os.stat(path).st_mode                 # follows a link: what would be read
     except OSError:
-        _fail("dataset", f"{path} does not exist (relative paths start from {os.getcwd()})",
-              "check the path, or leave --dataset out to train on the task's own prompts")
+        return
     if stat.S_ISDIR(mode):
         _fail("dataset", f"{path} is a folder", "name the prompt file inside it (.json, .jsonl or .csv)")
     if not stat.S_ISREG(mode):
         _fail("dataset", f"{path} is not a regular file (a device, a pipe, or a link to one), so reading it might "
               "never end", "pass a .json, .jsonl or .csv file of prompts")
+
+
+def check_replay_file(path):
+    """Refuse a ``--replay-path`` that exists but is not a regular file (a device or a pipe behind a .jsonl name
+    would be read forever), before the model loads; a missing one is created by the run."""
+    import stat
+
+    if path is None or not os.path.lexists(path):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        _fail("replay_path", f"{path} is a link to nothing", "remove the broken link, or pass another file")
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):     # a folder is refused by the config, by name
+        _fail("replay_path", f"{path} is not a regular file (a device, a pipe, or a link to one)",
+              "pass a .jsonl or .sqlite file of your own, or leave --replay-path out to keep the buffer in memory")
 
 
 def cmd_train(args):
@@ -282,6 +318,7 @@ def cmd_train(args):
               file=sys.stderr)
     config = _config_from(args)                    # every field checked before any model loads
     check_dataset(config.dataset)
+    check_replay_file(config.replay_path)
     if config.output_dir:
         from grpo_edu.training import run_folder
 
@@ -296,7 +333,8 @@ def cmd_train(args):
                    f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
 
     trainer = GRPOTrainer(config, eval_callbacks=[show_eval])
-    metrics_file = MetricsFile(args.metrics_out, trainer) if args.metrics_out else None
+    metrics_file = (MetricsFile(args.metrics_out, trainer, replace=bool(args.resume or args.overwrite))
+                    if args.metrics_out else None)
     if metrics_file:
         trainer.callbacks.append(metrics_file)
     sched = trainer.schedule

@@ -126,6 +126,15 @@ def test_a_checksum_entry_that_is_not_a_file_inside_assets_is_refused_without_re
     assert not check.ok and entry in check.detail and "not a file inside" in check.detail
 
 
+def test_a_checksum_file_that_is_a_device_is_not_read(assets_copy):
+    import os
+
+    (assets_copy / doctor.CHECKSUMS).unlink()
+    os.symlink("/dev/zero", assets_copy / doctor.CHECKSUMS)      # read_text would fill the memory, then fail
+    check = doctor.check_models(assets_copy)
+    assert not check.ok and "is not a regular file" in check.detail
+
+
 def test_no_lessons_folder_is_not_ready(tmp_path, monkeypatch, capsys):
     check = doctor.check_lessons(tmp_path / "nowhere")
     assert not check.ok and "no lessons folder" in check.detail and "grpo-edu lessons" in check.fix

@@ -51,6 +51,7 @@ def test_scale_none_can_be_given_from_the_shell(capsys, no_training):
     (dict(temperature=1e6), "temperature"),
     (dict(learning_rate=1.0), "learning_rate"),
     (dict(beta=1e308), "beta"),
+    (dict(seed=10 ** 20), "seed"),
     (dict(sampling_dtype="bfloat16", importance_sampling_correction=True, importance_sampling_cap=1e308),
      "importance_sampling_cap"),
 ])
@@ -129,15 +130,17 @@ def test_a_second_train_into_a_folder_a_live_run_is_writing_is_refused_before_th
             assert f"output_dir: {folder} is being written by process {pid}" in err and "Fix:" in err
 
 
-@pytest.mark.parametrize("case", ["device", "folder", "missing"])
-def test_a_dataset_that_is_not_a_readable_file_is_refused_before_the_model_loads(tmp_path, capsys, no_training,
-                                                                                 case):
-    path = {"device": tmp_path / "zero.jsonl", "folder": tmp_path, "missing": tmp_path / "none.jsonl"}[case]
+@pytest.mark.parametrize("case", ["device", "folder"])
+def test_a_dataset_that_is_not_a_regular_file_is_refused_before_the_model_loads(tmp_path, capsys, no_training,
+                                                                                case):
+    path = {"device": tmp_path / "zero.jsonl", "folder": tmp_path}[case]
     if case == "device":
-        os.symlink("/dev/zero", path)                       # reading it would never end
-    assert main(["train", "--dataset", str(path), "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert f"dataset: {path}" in err and "Fix:" in err
+        os.symlink("/dev/zero", path)                       # a loader that opened it would read forever
+    says = {"device": f"dataset: {path} is not a regular file", "folder": f"dataset: {path} is a folder"}[case]
+    for command in ("train", "export"):                     # what train refuses, export refuses in the same words
+        assert main([command, *(["trl"] if command == "export" else []), "--dataset", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Fix:" in err
 
 
 def test_metrics_out_may_not_be_the_replay_file_or_the_dataset(tmp_path, capsys, no_training):
@@ -152,17 +155,24 @@ def test_metrics_out_may_not_be_the_replay_file_or_the_dataset(tmp_path, capsys,
 
 
 # --- output files of variants and bench: checked before the race / the run --------------------------
-def _unwritable_cases(tmp_path):
+def read_only(monkeypatch, folder):
+    """``folder`` made read-only, as every user sees it: root writes anywhere (and CI runs as root), so
+    ``os.access`` is told the truth a user would get."""
+    folder.mkdir()
+    folder.chmod(0o555)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (
+        False if mode & os.W_OK and str(path).startswith(str(folder)) else real(path, mode, **kw)))
+    return folder
+
+
+def _unwritable_cases(tmp_path, monkeypatch):
     """{case: (path, what the refusal says)}."""
     missing = tmp_path / "no" / "such" / "race.json"
-    cases = {"missing folder": (missing, f"--json: the folder of {missing} does not exist"),
-             "a folder": (tmp_path, f"--json: {tmp_path} is a folder")}
-    if os.geteuid() != 0:                                    # root writes anywhere: CI runs as root
-        locked = tmp_path / "locked"
-        locked.mkdir()
-        locked.chmod(0o555)
-        cases["read-only folder"] = (locked / "race.json", f"--json: {locked / 'race.json'} cannot be written")
-    return cases
+    locked = read_only(monkeypatch, tmp_path / "locked")
+    return {"missing folder": (missing, f"--json: the folder of {missing} does not exist"),
+            "a folder": (tmp_path, f"--json: {tmp_path} is a folder"),
+            "read-only folder": (locked / "race.json", f"--json: {locked / 'race.json'} cannot be written")}
 
 
 @pytest.fixture
@@ -185,8 +195,9 @@ def no_bench(monkeypatch):
 
 
 @pytest.mark.parametrize("command", ["variants", "bench"])
-def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(tmp_path, capsys, no_race, no_bench, command):
-    for case, (path, says) in _unwritable_cases(tmp_path).items():
+def test_a_json_file_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch, capsys, no_race, no_bench,
+                                                                      command):
+    for case, (path, says) in _unwritable_cases(tmp_path, monkeypatch).items():
         with pytest.raises(SystemExit) as exit_:
             main([command, "--json", str(path)])
         err = capsys.readouterr().err
@@ -249,3 +260,26 @@ def test_lesson_times_caps_its_workers_at_this_machines_cpus(monkeypatch, capsys
     assert f"--workers: 100000 is more than the {cpus} CPU" in err and f"runs {cpus}" in err
     assert lesson_times.main(["--step-ms", "80", "--workers", str(cpus)]) == 0
     assert ran[1][ran[1].index("-n") + 1] == str(cpus) and "--workers" not in capsys.readouterr().err
+
+
+def test_a_replay_path_that_is_a_device_is_refused_before_the_model_loads(tmp_path, capsys, no_training):
+    path = tmp_path / "buffer.jsonl"
+    os.symlink("/dev/zero", path)
+    assert main(["train", "--replay-path", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"replay_path: {path} is not a regular file" in err and "Fix:" in err
+
+
+def test_a_metrics_file_another_run_created_after_the_checks_is_kept(tmp_path, capsys):
+    from grpo_edu import cli
+
+    class Trainer:
+        history = [{"step": 1}]
+    target = tmp_path / "m.jsonl"
+    metrics = cli.MetricsFile(str(target), Trainer())
+    target.write_text("the other run's metrics\n")              # it started after our checks and wrote first
+    metrics({"step": 1})
+    metrics.close()
+    assert target.read_text() == "the other run's metrics\n"
+    assert (tmp_path / "m-2.jsonl").read_text() == '{"step": 1}\n'
+    assert "kept it; this run's metrics go to" in capsys.readouterr().err

@@ -128,6 +128,8 @@ def record_checksums(assets=None):
 
 def _read_checksums(path):
     """{file: SHA-256} from ``CHECKSUMS.json``, or the problem with it in words (a str)."""
+    if path.exists() and _regular_file_inside(path.parent, path.name) is None:
+        return f"{path} is not a regular file inside {path.parent} (so it was not read)"
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -60,6 +60,9 @@ LIMITS = {
 blamed on a damaged model): {field: (lowest, highest, why, the usual value)}. Whether 0 itself is allowed is
 checked before (learning_rate, epsilon_high: no; beta, entropy_coef: yes)."""
 
+MAX_SEED = 2 ** 32 - 1
+"""The largest ``seed``: the trainer seeds a generator with seed × 1,000,003 + step, which must fit 64 bits."""
+
 # fields that may differ when a run is resumed: they do not change what a step computes
 # (a new length changes the linear schedule's learning rate from the resumed step on: the
 # trainer warns when that happens; a new replay_path starts from the buffer the checkpoint holds)
@@ -233,6 +236,10 @@ class GRPOConfig:
                 _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
         for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
             _checks.positive_int(name, getattr(self, name), minimum=0)
+        if self.seed > MAX_SEED:                   # seed × 1,000,003 + step must fit torch's 64-bit generator seed
+            _checks.fail("seed", f"must be ≤ {MAX_SEED} (2**32 − 1), got {self.seed}: the run derives each step's "
+                         "generator seed from it, and a larger one overflows torch's 64-bit seed mid-run",
+                         "pass a seed from 0 to 4294967295, e.g. 0")
         for name, allowed in CHOICES.items():
             _checks.choice(name, getattr(self, name), allowed)
         self._check_variant()
