@@ -83,10 +83,11 @@ def test_the_kernel_check_starts_a_real_kernel():
 @pytest.fixture
 def assets_copy(tmp_path):
     """The bundled models and their CHECKSUMS.json, copied: a folder each test may break."""
+    assets = tmp_path / "assets"
     for folder in doctor.MODEL_FOLDERS:
-        shutil.copytree(ASSETS / folder, tmp_path / folder)
-    shutil.copy(ASSETS / doctor.CHECKSUMS, tmp_path / doctor.CHECKSUMS)
-    return tmp_path
+        shutil.copytree(ASSETS / folder, assets / folder)
+    shutil.copy(ASSETS / doctor.CHECKSUMS, assets / doctor.CHECKSUMS)
+    return assets
 
 
 @pytest.mark.parametrize("text, says", [
@@ -112,13 +113,17 @@ def test_a_checksum_file_that_leaves_out_a_model_file_fails_naming_it(assets_cop
     assert not check.ok and "records no checksum for tiny-sums/model.safetensors" in check.detail
 
 
-@pytest.mark.parametrize("entry", ["/dev/zero", "../../../../../../../../dev/zero", "tiny-sums", "link"])
+@pytest.mark.parametrize("entry", ["/dev/zero", "../../../../../../../../dev/zero", "tiny-sums", "link",
+                                   "../elsewhere.bin", "fifo"])
 def test_a_checksum_entry_that_is_not_a_file_inside_assets_is_refused_without_reading_it(assets_copy, entry):
     import json
     import os
 
     if entry == "link":
         os.symlink("/dev/zero", assets_copy / "link")             # inside assets, pointing out of it
+    if entry == "fifo":
+        os.mkfifo(assets_copy / "fifo")                           # inside assets: opening it waits for a writer
+    (assets_copy.parent / "elsewhere.bin").write_bytes(b"a regular file, but not the course's")
     recorded = json.loads((assets_copy / doctor.CHECKSUMS).read_text(encoding="utf-8"))
     recorded[entry] = "0" * 64
     (assets_copy / doctor.CHECKSUMS).write_text(json.dumps(recorded), encoding="utf-8")
