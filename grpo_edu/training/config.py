@@ -42,7 +42,7 @@ LIMITS = {
     "learning_rate": (0.0, 0.1, "AdamW moves every weight by about the learning rate each step, so at 1 the bundled "
                       "model's weights overflow within a few steps", "LLMs take 5e-6–2e-5, the bundled models 3e-4"),
     "temperature": (0.01, 100.0, "rollouts divide the logits by τ, so a τ near 0 overflows them to ∞ and a huge one "
-                    "samples uniform noise", "1.0 is usual (0.3–1.5)"),
+                    "samples uniform noise", "1.0 is usual, 0.3–1.5 the common range"),
     "sapo_temperature_pos": (0.01, 100.0, "SAPO's gate weighs the loss by 4/τ, which a τ near 0 makes ∞ (and a huge "
                              "τ overflows)", "1.0 is TRL's default"),
     "sapo_temperature_neg": (0.01, 100.0, "SAPO's gate weighs the loss by 4/τ, which a τ near 0 makes ∞ (and a huge "
@@ -50,10 +50,12 @@ LIMITS = {
     "entropy_coef": (0.0, 10.0, "the bonus −c·entropy would outweigh the policy term thousands of times and c = 1e308 "
                      "overflows the loss", "TRL and verl use 0.001–0.01; lesson 11 tries up to 1.0"),
     "beta": (0.0, 1000.0, "the KL term β·KL overflows the loss long before that", "0.04 (DeepSeekMath) or 0 (TRL)"),
-    "epsilon_high": (0.0, 100.0, "the clip bound 1 + ε_high no longer fits the loss's float32 arithmetic long before "
-                     "that", "0.28 for DAPO's clip-higher, 5.0 for CISPO"),
-    "importance_sampling_cap": (1.0, 100.0, "the weights' cap no longer fits float32 long before that (and a cap "
-                                "below 1 would shrink even the tokens the sampler got exactly right)",
+    "epsilon_high": (0.0, 100.0, "the upper clip 1 + ε_high (CISPO: the cap ε_high) binds nowhere long before "
+                     "that, and past float32's range (3.4e38) it breaks the loss mid-run",
+                     "0.28 for DAPO's clip-higher, 5.0 for CISPO"),
+    "importance_sampling_cap": (1.0, 100.0, "the cap binds nowhere long before that, and past float32's range "
+                                "(3.4e38) it breaks the step mid-run (a cap below 1 would shrink even the tokens "
+                                "the sampler got exactly right)",
                                 "3.0 is TRL's default"),
 }
 """Sane ranges of the float fields that would otherwise be accepted and fail mid-run (an overflow, or NaN weights
@@ -74,8 +76,8 @@ def _in_range(name, value, lowest, highest, why, usual):
     """Refuse a finite value that is absurd for ``name`` (see :data:`LIMITS`), naming the range and why."""
     if not lowest <= value <= highest:
         bound = f"≤ {highest:g}" if value > highest else f"≥ {lowest:g}"
-        _checks.fail(name, f"must be {bound}, got {value!r}: {why}", f"pass a value up to {highest:g} and at least "
-                     f"{lowest:g} ({usual})" if lowest else f"pass a value up to {highest:g} ({usual})")
+        span = f"from {lowest:g} to {highest:g}" if lowest else f"up to {highest:g}"
+        _checks.fail(name, f"must be {bound}, got {value!r}: {why}", f"pass a value {span}; {usual}")
 
 
 @dataclass(frozen=True)
