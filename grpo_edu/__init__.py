@@ -16,6 +16,9 @@ checks every import in the source):
     ``kl``              per-token KL estimators k1, k2, k3 against π_ref
     ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
     ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
+    ``gae``             GRPO's family: PPO's critic, GAE(γ, λ) advantages and the clipped value loss
+    ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
+    ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
 
 ``training/`` — the training loop and what it needs (lessons 05–08)
     ``config``          GRPOConfig: every knob of a run, checked up front
@@ -23,6 +26,7 @@ checks every import in the source):
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
     ``tokenizer``       the bundled models' character tokenizer
     ``rollout``         sampling G completions per prompt, with per-token log-probs
+    ``engine``          the same sampling, faster (opt-in): a preallocated KV cache, finished rows leave (vLLM's ideas)
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
     ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
     ``trainer``         GRPOTrainer: the loop of the algorithm box
@@ -65,7 +69,8 @@ checks every import in the source):
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer
-may show: tables, notes, the course's colours (``display``), and one-writer lock files (``locks``).
+may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``), and
+files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``).
 
 ``cli`` (over everything) — the ``grpo-edu`` command.
 """

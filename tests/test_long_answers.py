@@ -189,3 +189,21 @@ def test_the_new_fields_travel_to_trl_and_verl():
     assert "mask_truncated_completions" in dict(info["unmatched"])
     _, info = to_verl(GRPOConfig(entropy_coef=0.002, loss_type="dapo"))
     assert "will differ" not in info["why"]["actor_rollout_ref.actor.entropy_coeff"]
+
+
+def test_clip_higher_changes_nothing_while_num_iterations_is_1():
+    # lesson 11 says a run with epsilon_high=0.28 is "the same run to the last digit": r = 1 on every
+    # token when the policy that sampled is the one being updated, so no clip ever binds
+    from grpo_edu import GRPOConfig, GRPOTrainer
+
+    def run(**kwargs):
+        trainer = GRPOTrainer(GRPOConfig.preset("sums", batch_size=4, total_training_steps=2, eval_size=0, seed=0,
+                                                **kwargs))
+        trainer.train()
+        return trainer
+
+    plain, higher = run(), run(epsilon_high=0.28)
+    strip = lambda history: [{k: v for k, v in m.items() if k != "seconds"} for m in history]   # wall time differs
+    assert len(plain.history) == 2 and strip(plain.history) == strip(higher.history)
+    for (name, a), (_, b) in zip(plain.model.named_parameters(), higher.model.named_parameters()):
+        assert torch.equal(a, b), name

@@ -408,3 +408,29 @@ def test_the_push_off_policy_shows_each_variants_clip_cap_and_gate():
     on_policy = [token_push(up, mask, ratio=torch.ones(4, 1), **kw)[0] for kw in
                  ({}, {"loss_type": "sapo"}, {"loss_type": "cispo", "epsilon_high": 5.0})]
     assert all(torch.allclose(p, on_policy[0]) for p in on_policy)                     # r = 1: one gradient
+
+
+def test_lesson_12s_map_names_grpo_edus_own_fields_and_the_race_runs_them():
+    """The map's fourth column must hold GRPOConfig's field names (TRL's scale_rewards or verl's adv_estimator
+    there would raise TypeError), and every setting of the race must be a valid config."""
+    import dataclasses
+    import json
+    import re
+    from pathlib import Path
+
+    from grpo_edu import GRPOConfig
+    from grpo_edu.course.variants import COMMON, VARIANTS
+
+    cells = json.loads((Path(__file__).parents[1] / "lessons" / "12_variants.ipynb").read_text(encoding="utf-8"))["cells"]
+    text = next("".join(c["source"]) for c in cells if "grpo_edu's `GRPOConfig` field" in "".join(c["source"]))
+    table = text[text.index("| variant |"):].split("\n\n")[0].splitlines()   # the map: header, rule, 10 rows
+    header, _, *rows = table
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    column = header.split(" | ").index("grpo_edu's `GRPOConfig` field")
+    named = [re.findall(r"`(\w+)(?:=[^`]*)?`", row.split(" | ")[column]) for row in rows]
+    assert len(named) == 10 and all(names for names in named[:-1])            # nanochat's row names a function
+    for names in named[:-1]:
+        assert set(names) <= fields, set(names) - fields
+    assert not {"scale_rewards", "adv_estimator", "filter_groups"} & {n for names in named for n in names}
+    for name, settings in VARIANTS.items():
+        GRPOConfig.preset("sums", **{**COMMON, **settings})                       # refused up front if wrong

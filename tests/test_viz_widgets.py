@@ -422,3 +422,48 @@ def test_memory_bars_stack_every_part_to_the_tables_total():
     labels = {t.get_position()[1]: t.get_text() for t in ax.get_yticklabels()}
     assert labels[max(labels)] == "Qwen2.5-0.5B, 1 GPU, ZeRO 0"        # the table's first row on top
     assert labels[min(labels)] == "Qwen2.5-7B, 8 GPUs, ZeRO 3"
+
+
+def test_length_histograms_count_every_answer_in_its_bin():
+    panels = {"before": {"right": [4, 4, 20, 27], "wrong": [4, 9]}, "after": {"right": [27, 27], "wrong": [30]}}
+    fig = viz.length_histograms(panels, max_length=42)
+    before, after = fig.axes[:2]
+    assert [ax.get_title() for ax in (before, after)] == ["before", "after"]
+    assert [t.get_text() for t in before.get_legend().get_texts()] == ["right (4)", "wrong (2)"]
+    right = before.patches[0].get_path().vertices                     # the step outline of "right"
+    heights = {round(float(x) + 0.5): float(y) for x, y in right if float(y) > 0}
+    assert heights[4] == 2 and heights[20] == 1 and heights[27] == 1 and 9 not in heights
+    assert after.get_xlim() == (0, 43)
+    with pytest.raises(ValueError, match="exactly 'right' and 'wrong'"):
+        viz.length_histograms({"before": {"right": [4]}})
+    with pytest.raises(ValueError, match="panels: is empty"):
+        viz.length_histograms({})
+
+
+def test_token_push_rows_colour_each_token_by_the_sign_and_size_of_its_push():
+    import matplotlib.colors as mcolors
+    from matplotlib import colormaps
+
+    rows = {"cut": (list("9+1="), [-0.5, -0.5, -1.0, -1.0]), "masked": (list("9+1="), [0.0] * 4),
+            "right": (list("#10") + ["<eos>"], [1.0, 1.0, 1.0, 1.0])}
+    fig = viz.token_push_rows(rows)
+    ax = fig.axes[0]
+    colour = [mcolors.to_rgba(b.get_facecolor()) for b in ax.patches]
+    assert len(colour) == 12                                          # one box per token, row by row
+    half_down, down, zero, up = colour[0], colour[2], colour[4], colour[8]
+    assert down[0] > down[2] and up[2] > up[0]                        # down is red, up is blue
+    assert min(zero[:3]) > 0.9                                        # no push: white
+    assert sum(half_down[:3]) > sum(down[:3])                         # half the push: a lighter red
+    scale_ends = colormaps["RdBu"](0.0), colormaps["RdBu"](1.0)     # the largest |push| (1.0) sets the scale
+    assert (down, up) == (pytest.approx(scale_ends[0]), pytest.approx(scale_ends[1]))
+    assert [t.get_text() for t in ax.texts][:5] == ["9", "+", "1", "=", "total -3"]
+    clipped = viz.token_push_rows(rows, scale=0.5).axes[0]            # ±0.5 at full colour, ±1.0 saturates
+    clipped_colour = [mcolors.to_rgba(b.get_facecolor()) for b in clipped.patches]
+    assert clipped_colour[0] == pytest.approx(scale_ends[0]) and clipped_colour[2] == pytest.approx(scale_ends[0])
+    with pytest.raises(ValueError, match="^scale: is 0"):
+        viz.token_push_rows(rows, scale=0)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["cut", "masked", "right"]
+    with pytest.raises(ValueError, match="one push per token"):
+        viz.token_push_rows({"cut": (list("9+1="), [0.1])})
+    with pytest.raises(ValueError, match="rows: is empty"):
+        viz.token_push_rows({})

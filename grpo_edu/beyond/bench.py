@@ -21,6 +21,10 @@ benchmark would sample shorter answers and do less work per step (an earlier ver
 trainer learn at 2e-4 while the floor stood still, and the trainer then "beat" the floor). The
 arithmetic of every update is still done in full.
 
+``--sampler`` times the two samplers instead: tokens per second of the loop (``rollout.generate``) and the
+engine (``training/engine.py``) on one thread, on lesson 11's model and on the adder, then the ``sums``
+preset's whole training step with ``sampler="loop"`` and ``sampler="engine"``.
+
 Noise. A 2-core laptop's timings move by ±20 % from one run to the next. So the contenders run
 in rounds, interleaved (grpo_edu, floor, trl, then again in a rotated order), and each ratio is
 reported as the median over the rounds with its range: one noisy round cannot decide a claim.
@@ -310,9 +314,117 @@ def child_trl(t0, steps, warmup):
     return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
 
 
+# --- samplers (grpo-edu bench --sampler) -------------------------------------------------------
+SAMPLER_WORKLOADS = {
+    "sums": {"model": "bundled-sums", "task": "sums", "batch_size": 8, "num_generations": 4, "max_new_tokens": 42},
+    "adder": {"model": "bundled", "task": "addition", "batch_size": 16, "num_generations": 8, "max_new_tokens": 4},
+}
+"""What one sampling batch is: lesson 11's model at 8 prompts × G = 4 (32 rows, ≤ 42 new tokens, the issue's
+measurement), and the adder at the course's default 16 × 8 (128 rows, ≤ 4 new tokens)."""
+
+SAMPLERS = ("loop", "engine")
+
+
+def time_samplers(model, tokenizer, batches, *, num_generations, max_new_tokens, rounds, seed=0):
+    """Sampling throughput of the loop (``rollout.generate``) and the engine (``engine.generate``) on
+    ``batches`` (lists of prompts): ``rounds`` rounds, interleaved (who goes first alternates), each sampler
+    drawing the same batches at temperature 1, after one untimed batch each. Returns {sampler: [tokens per
+    second, one per round]}, counting completion tokens up to and including ``<eos>`` (reading the count
+    waits for the device, so GPU timings are honest too)."""
+    import torch
+
+    from grpo_edu.training import engine, rollout
+
+    samplers = {"loop": rollout.generate, "engine": engine.generate}
+    device = next(model.parameters()).device
+
+    def draw(name, batch, generator):
+        out = samplers[name](model, tokenizer, batch, num_generations=num_generations,
+                             max_new_tokens=max_new_tokens, generator=generator)
+        return int(out.completion_mask.sum())
+
+    for name in SAMPLERS:                                          # warm up (first calls allocate)
+        draw(name, batches[0], torch.Generator(device).manual_seed(seed))
+    results = {name: [] for name in SAMPLERS}
+    for r in range(rounds):
+        for name in (SAMPLERS if r % 2 == 0 else SAMPLERS[::-1]):
+            generator = torch.Generator(device).manual_seed(seed + r)
+            start = time.perf_counter()
+            tokens = sum(draw(name, batch, generator) for batch in batches)
+            results[name].append(tokens / (time.perf_counter() - start))
+    return results
+
+
+def sampler_tokens_per_s(workload, batches, rounds, seed=0):
+    """:func:`time_samplers` on a :data:`SAMPLER_WORKLOADS` entry, over ``batches`` batches of its training prompts."""
+    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.tasks import get_task
+
+    w = SAMPLER_WORKLOADS[workload]
+    model, tokenizer = load_model_and_tokenizer(w["model"])
+    rows, B = get_task(w["task"]).split("train"), w["batch_size"]
+    prompts = [[r["prompt"] for r in rows[i * B:(i + 1) * B]] for i in range(batches)]
+    return time_samplers(model.eval(), tokenizer, prompts, num_generations=w["num_generations"],
+                         max_new_tokens=w["max_new_tokens"], rounds=rounds, seed=seed)
+
+
+def _sampler_step(t0, steps, warmup, sampler):
+    """One training step of the ``sums`` preset (16 prompts × G = 8, ≤ 42 new tokens) with ``sampler``, at the
+    constant-work learning rate."""
+    from grpo_edu.training.config import PRESETS
+
+    settings = dict(SETTINGS, batch_size=16, num_generations=8, max_completion_length=PRESETS["sums"][
+        "max_completion_length"], sampler=sampler)
+    return child_grpo_edu(t0, steps, warmup, settings, name=f"step, {sampler}")
+
+
+def child_step_loop(t0, steps, warmup):
+    return _sampler_step(t0, steps, warmup, "loop")
+
+
+def child_step_engine(t0, steps, warmup):
+    return _sampler_step(t0, steps, warmup, "engine")
+
+
+def _spread(values, unit=""):
+    values = sorted(values)
+    return f"median {statistics.median(values):,.0f}{unit}, range {values[0]:,.0f}–{values[-1]:,.0f}{unit}"
+
+
+def sampler_main(args):
+    """``grpo-edu bench --sampler``: tokens per second of both samplers on one thread, then the sums preset's
+    whole training step with each."""
+    import torch
+
+    torch.set_num_threads(1)
+    print(f"sampling on one thread, {args.rounds} interleaved rounds of {args.steps} batches per sampler "
+          "(the CPU may be shared: read the range, not one round)")
+    for workload, w in SAMPLER_WORKLOADS.items():
+        results = sampler_tokens_per_s(workload, args.steps, args.rounds)
+        rows = w["batch_size"] * w["num_generations"]
+        print(f"{workload} ({w['model']}, {w['batch_size']} prompts × G={w['num_generations']} = {rows} rows, "
+              f"≤ {w['max_new_tokens']} new tokens)")
+        for name in SAMPLERS:
+            print(f"  {name:7} {_spread(results[name], ' tokens/s')}")
+        ratios = [e / l for e, l in zip(results["engine"], results["loop"])]
+        print("  " + _ratio_line("engine / loop", ratios, "tokens per second, round by round"), flush=True)
+    print(f"\ntraining step of the sums preset (16 prompts × G=8, ≤ 42 new tokens, lr 1e-9: constant work), "
+          f"one thread, {args.steps} timed steps after {args.warmup} warm-up, {args.rounds} interleaved rounds")
+    rounds = []
+    for r in range(args.rounds):
+        order = ("step_loop", "step_engine") if r % 2 == 0 else ("step_engine", "step_loop")
+        rounds.append({n: _run_child(n, args.steps, args.warmup, threads=1, workload="sums") for n in order})
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{n[5:]} {rounds[-1][n]['median_step_s'] * 1000:.0f} ms/step" for n in ("step_loop", "step_engine")),
+            flush=True)
+    print(_ratio_line("step, engine / loop", [rnd["step_engine"]["median_step_s"] / rnd["step_loop"]["median_step_s"]
+                                              for rnd in rounds], "seconds per step"))
+    return 0
+
+
 CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl,
             "replay_step": child_replay_step, "plain_step": child_plain_step, "plain_184": child_plain_same_rows,
-            "replay_in_place": child_replay_in_place}
+            "replay_in_place": child_replay_in_place, "step_loop": child_step_loop, "step_engine": child_step_engine}
 REPLAY_CHILDREN = {"no replay": "plain_step", "replay 0.3": "replay_step", "no replay, 184 rows": "plain_184",
                    "replay 0.3 in place": "replay_in_place"}
 
@@ -364,6 +476,10 @@ def main(argv=None):
     parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
     parser.add_argument("--replay", action="store_true",
                         help="time the replay buffer (add, sample at 10,000 samples) and a step at replay_ratio 0.3")
+    parser.add_argument("--sampler", action="store_true",
+                        help="time the two samplers: tokens per second of the loop (rollout.generate) and the engine "
+                             "(engine.generate) on one thread, on lesson 11's model and the adder, then the sums "
+                             "preset's training step with each (try --steps 3 --warmup 1)")
     parser.add_argument("--step-ms", action="store_true",
                         help="print only this machine's bench step: grpo_edu's median ms per step on one thread, "
                              "over the rounds (what the course's time budgets scale by; see grpo-edu lesson-times)")
@@ -392,6 +508,8 @@ def main(argv=None):
         return 0
     if args.replay:
         return replay_main(args)
+    if args.sampler:
+        return sampler_main(args)
     if args.step_ms:
         print(f"{step_ms(args.rounds, args.steps, args.warmup):.1f}")
         return 0

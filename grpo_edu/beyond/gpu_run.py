@@ -114,6 +114,31 @@ def run_grpo_edu(model_dir, device, size):
             "tokens_per_s": tokens / step_seconds, "peak_gib": _peak_gib(torch, device)}
 
 
+def run_samplers(model_dir, device, size):
+    """Sampling tokens per second of the loop and the engine on ``model_dir`` (``bench.time_samplers``), at the
+    training batch (batch_size × G rows, ≤ the preset's new tokens), bf16 autocast on CUDA as the trainer samples.
+    Returns (results, rows, max_new_tokens); results maps each sampler to its tokens per second, one per round."""
+    import contextlib
+
+    import torch
+
+    from grpo_edu.beyond.bench import time_samplers
+    from grpo_edu.training.config import PRESETS
+    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.tasks import get_task
+
+    train = SIZES[size]["train"]
+    B, G, max_new = train["batch_size"], train["num_generations"], PRESETS["sums"]["max_completion_length"]
+    model, tokenizer = load_model_and_tokenizer(model_dir, device=device)
+    rows = get_task("sums").split("train")
+    batches = [[r["prompt"] for r in rows[i * B:(i + 1) * B]] for i in range(2 if size == "gpu" else 1)]
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+    with autocast:
+        results = time_samplers(model.eval(), tokenizer, batches, num_generations=G, max_new_tokens=max_new,
+                                rounds=3 if size == "gpu" else 1)
+    return results, B * G, max_new
+
+
 def run_trl_side(config):
     """The same config in TRL's GRPOTrainer (``graduation.run_trl``); None when TRL is missing."""
     try:
@@ -188,6 +213,11 @@ def main(argv=None):
           f"lr {c.learning_rate:g}{', bf16 autocast' if device == 'cuda' else ''}): held-out accuracy "
           f"{ours['before']:.3f} → {ours['after']:.3f}; {ours['seconds']:.0f} s; "
           f"{ours['tokens_per_s']:,.0f} completion tokens/s; peak GPU memory {peak}", flush=True)
+
+    speeds, rows, max_new = run_samplers(model_dir, device, size)
+    print(f"   sampling {rows} rows, ≤ {max_new} new tokens, median tokens/s over {len(speeds['loop'])} round(s): "
+          + ", ".join(f"{name} {sorted(v)[len(v) // 2]:,.0f}" for name, v in speeds.items())
+          + " (the engine: grpo_edu.training.engine, GRPOConfig(sampler='engine'))", flush=True)
 
     if args.no_trl:
         print("3. TRL comparison skipped (--no-trl)")

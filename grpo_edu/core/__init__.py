@@ -1,4 +1,5 @@
 """The GRPO math a learner must read, top to bottom: the schedule (``schedule``), the policy
 gradient (``policy_gradient``), group advantages (``advantages``), the KL estimators (``kl``,
 ``kl_gradients``) and the clipped loss (``losses``), with the paper's symbols (``notation``).
-Pure functions, tensors or arrays in, ``(result, info)`` out; imports only ``common``."""
+Then GRPO's family, to compare it with: PPO's critic (``gae``), rejection-sampling fine-tuning
+(``rejection_sampling``) and DPO (``dpo``). Pure functions, tensors or arrays in, ``(result, info)`` out; imports only ``common``."""

@@ -34,8 +34,10 @@ division, Â_i = R_i − μ (Dr. GRPO, arXiv:2503.20783, which argues the divisi
 updates toward too-easy and too-hard prompts)."""
 
 
-def _as_rewards(rewards, arg="rewards"):
-    """Check a (B, G) reward array and return (float64 numpy copy, function back to the input kind)."""
+def _as_rewards(rewards, arg="rewards", *, min_group=2):
+    """Check a (B, G) reward array and return (float64 numpy copy, function back to the input kind).
+
+    ``min_group``: the smallest G allowed; 2 for a group baseline, 1 where none is needed."""
     if _checks.is_torch(rewards):
         import torch  # only when the caller already uses torch
 
@@ -61,9 +63,10 @@ def _as_rewards(rewards, arg="rewards"):
                      "for a single prompt use [rewards]")
     if array.shape[0] < 1:
         _checks.fail(arg, "holds no group (B = 0)", "pass at least one prompt's rewards")
-    if array.shape[1] < 2:
+    if array.shape[1] < min_group:
         _checks.fail(arg, f"has G = {array.shape[1]} completion per group",
-                     "sample at least 2 completions per prompt (G ≥ 2); a group of one has no baseline")
+                     "sample at least 2 completions per prompt (G ≥ 2); a group of one has no baseline"
+                     if min_group == 2 else f"sample at least {min_group} completion per prompt")
     if not np.isfinite(array).all():
         bad = np.argwhere(~np.isfinite(array))[0].tolist()
         _checks.fail(arg, f"holds NaN or infinite values (first at index {bad})",
@@ -204,9 +207,23 @@ def reinforce_pp_advantages(rewards, lengths=None, *, eps=1e-8):
     return back((centred - mean) / np.sqrt(var + eps))
 
 
-ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+def reinforce_advantages(rewards):
+    """REINFORCE without a baseline (Williams 1992), (B, G):  Â_i = R_i.
+
+    The reward itself is the advantage. Unbiased, but with a 0/1 reward a wrong answer gets Â = 0 and
+    is never pushed down, and a group that is all right still pushes every answer up. A baseline
+    removes that without bias and lowers the gradient's variance (``policy_gradient.gradient_estimates``
+    with ``baseline="none"`` measures the difference). Not one of verl's estimators; G = 1 is allowed,
+    since there is no group to compare with.
+    """
+    array, back = _as_rewards(rewards, min_group=1)
+    return back(array.copy())                                         # Â_i = R_i, (B, G)
+
+
+ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline", "reinforce")
 """``advantage_estimator`` options, verl's names: GRPO's group-normalised Â (:func:`group_advantages`),
-RLOO's leave-one-out baseline, REINFORCE++'s batch-whitened group baseline."""
+RLOO's leave-one-out baseline, REINFORCE++'s batch-whitened group baseline; and "reinforce", ours
+(verl has none): the reward itself, no baseline (:func:`reinforce_advantages`)."""
 
 
 def estimate_advantages(rewards, *, estimator="grpo", scale="group", lengths=None):
@@ -217,4 +234,6 @@ def estimate_advantages(rewards, *, estimator="grpo", scale="group", lengths=Non
         return group_advantages(rewards, scale=scale)
     if estimator == "rloo":
         return rloo_advantages(rewards)
+    if estimator == "reinforce":
+        return reinforce_advantages(rewards)
     return reinforce_pp_advantages(rewards, lengths)

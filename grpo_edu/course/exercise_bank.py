@@ -282,7 +282,7 @@ EXERCISES: dict[str, Any] = {
                      "many times harder is each token of the short one pushed down than each token of the long one?",
                      lambda: round(solve.push_ratio(5, 40, "grpo"), 3),
                      "'grpo' divides each answer's token sum by its own length |o_i|: the push per token is Â/(N·|o_i|)."),
-    "11.2": Exercise("The same two answers under loss_type='dr_grpo'. The same ratio?",
+    "11.2": Exercise("The same two answers under loss_type='dr_grpo'. What is the ratio now?",
                      lambda: round(solve.push_ratio(5, 40, "dr_grpo"), 3),
                      "'dr_grpo' divides every answer by the same constant, N · max_completion_length."),
     "11.3": Exercise("Soft overlong punishment with max_completion_length = 42 and cache_length = 10: what reward "
@@ -317,4 +317,13 @@ EXERCISES: dict[str, Any] = {
                          lambda r, a, tp, tn: solve.policy_term("sapo", r, a, tau_pos=tp, tau_neg=tn), solve.sapo_input,
                          "tau = np.where(advantage > 0, tau_pos, tau_neg); σ(x) = 1 / (1 + np.exp(−x)); at r = 1 "
                          "the term is −2Â/τ and its slope in r is −Â, as GRPO's."),
+    "12.5": Exercise("One token with Â = +1 whose ratio has moved to r = 1.5 on the second update. How hard does "
+                     "each variant push its log π (the push −∂loss/∂log π of a one-token answer)? Answer "
+                     "[grpo (ε = 0.2), cispo (ε_max = 5), sapo (τ = 1)], to 2 decimals.",
+                     lambda: [round(x, 2) + 0.0 for x in solve.push_off_policy(
+                         1.5, 1.0, [dict(loss_type="grpo"), dict(loss_type="cispo", epsilon_high=5.0),
+                                    dict(loss_type="sapo", sapo_temperature_pos=1.0)])],
+                     "GRPO: r·Â is clipped at 1 + ε = 1.2 when Â > 0, and the clipped term has no gradient. CISPO: the "
+                     "weight min(r, ε_max) times Â. SAPO: d/dlog π of σ(τ(r − 1))·4/τ·Â is 4σ'(τ(r − 1))·r·Â, "
+                     "with σ' = σ(1 − σ).", tolerance=0.01),
 }

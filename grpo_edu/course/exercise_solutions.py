@@ -287,6 +287,16 @@ def push_ratio(short, long, loss_type):
     return float(push[0, 0] / push[1, 0])
 
 
+def push_off_policy(ratio, advantage, variants):
+    """The push on log π of a one-token answer with token ratio ``ratio`` and advantage ``advantage``
+    under each of ``variants`` (a list of ``grpo_loss`` settings), as a list: ``token_push`` with one
+    answer, so the push is the variant's own weight times Â."""
+    from grpo_edu.core.losses import token_push
+
+    return [float(token_push(np.array([advantage]), np.ones((1, 1)), ratio=np.array([[ratio]]), **settings)[0][0, 0])
+            for settings in variants]
+
+
 def pass_at_k_ref(n, c, k):
     from grpo_edu.training.evaluation import pass_at_k
 

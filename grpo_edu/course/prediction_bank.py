@@ -61,9 +61,9 @@ PREDICTIONS: dict[str, Prediction] = {
                         "within 2 tokens' or 'shrunk by more than 2 tokens'?",
                         choices=("grown by more than 2 tokens", "stayed within 2 tokens", "shrunk by more than 2 tokens")),
     "11.P2": Prediction("After the run, pass@1 on held-out prompts rises. What will pass@16 (at least one of 16 "
-                        "samples right) do: 'rise by more than 3 points', 'stay within 3 points' or 'fall by more "
-                        "than 3 points'?",
-                        choices=("rise by more than 3 points", "stay within 3 points", "fall by more than 3 points")),
+                        "samples right) do: 'rise by more than 5 points', 'stay within 5 points' or 'fall by more "
+                        "than 5 points'? (64 prompts: one prompt is 1.6 points.)",
+                        choices=("rise by more than 5 points", "stay within 5 points", "fall by more than 5 points")),
     "12.P1": Prediction("One batch of the sums model, num_iterations = 1 (the first update, r = 1 on every "
                         "token). Compared with GRPO's, the gradient of GSPO's loss on every token will be: 'the "
                         "same', 'smaller' or 'larger'?",

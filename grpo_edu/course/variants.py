@@ -9,11 +9,14 @@ settings a learner meets in TRL and verl (``VARIANTS``); lesson 12 reads them.
 
 Per run: held-out accuracy at τ = 1 before and after (pass@1), pass@8 after, the mean length of
 right and wrong answers, the entropy, the share cut at the length limit, the share of dead groups
-(each over the last quarter of the steps), the completions generated (dynamic sampling draws more)
-and the wall time.
+and the share of tokens the clip or gate bound (each the mean over the last quarter of the steps,
+:func:`tail_window`: steps 13–16 of 16, where the linear schedule runs at ≤ 25 % of the peak learning
+rate), the completions generated (dynamic sampling draws more) and the wall time.
 """
 
 import argparse
+import functools
+import math
 import statistics
 import time
 
@@ -25,12 +28,15 @@ VARIANTS = {
     "dr_grpo": dict(loss_type="dr_grpo", scale="none"),
     "dapo": dict(loss_type="dapo", epsilon_high=0.28, mask_truncated_completions=True, dynamic_sampling=True),
     "gspo": dict(importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4),
+    "dapo_loss": dict(loss_type="dapo"),
     "cispo": dict(loss_type="cispo", epsilon_high=5.0),
     "sapo": dict(loss_type="sapo"),
     "rloo": dict(advantage_estimator="rloo"),
     "reinforce++": dict(advantage_estimator="reinforce_plus_plus_baseline"),
 }
-"""Each variant's settings on top of :data:`COMMON` (TRL's names; see the README's variants table)."""
+"""Each variant's settings on top of :data:`COMMON` (``GRPOConfig`` fields; lesson 12's map gives TRL's names).
+``dapo_loss`` is a control, not a published variant: DAPO's token-level mean alone (no clip-higher, no
+masking, no dynamic sampling), the aggregation CISPO uses, so that CISPO can be compared with it."""
 
 METRICS = ("before", "after", "pass@8", "len_right", "len_wrong", "entropy", "truncated", "dead", "clip", "generated",
            "seconds")
@@ -74,6 +80,18 @@ def run_variant(name, seed=0, *, steps=None, eval_size=None, progress=False):
     return row, {"trainer": trainer}
 
 
+def tail_window(total_steps=None):
+    """The steps the race's last-quarter metrics average over, and the learning rate there:
+    {"first", "last", "lr_share_first", "lr_share_last"} (shares of the peak rate, under the ``sums``
+    preset's linear decay to 0). For the race's 16 steps: steps 13–16, at 25 % down to 6 % of the peak."""
+    from grpo_edu.core.schedule import learning_rate_at
+
+    total = COMMON["total_training_steps"] if total_steps is None else total_steps
+    first = total - max(1, total // 4) + 1
+    return {"first": first, "last": total, "lr_share_first": learning_rate_at(first, total, 1.0),
+            "lr_share_last": learning_rate_at(total, total, 1.0)}
+
+
 def race(names=tuple(VARIANTS), seeds=(0,), *, steps=None, progress=False):
     """{variant: [row per seed]} for every variant and seed (see :func:`run_variant`); each row also
     holds its ``seed``."""
@@ -90,8 +108,9 @@ def stored_race(folder=None):
 
     Each row gains ``kernels``, the CPU kernels it ran on (``torch.backends.cpu.get_cpu_capability()``,
     "DEFAULT" under ``ATEN_CPU_CAPABILITY=default``); ``info`` lists the files, their commands, seeds and
-    kernels. Lesson 12 reads the full race from here: eight variants over three seeds and two kernel
-    sets take about 20 minutes of one core, far beyond a lesson's three.
+    kernels. The variants come in the order of :data:`VARIANTS`. Lesson 12 reads the full race from here:
+    nine settings over three seeds and two kernel sets take about 25 minutes of one core, far beyond a
+    lesson's three.
     """
     import json
     from pathlib import Path
@@ -111,7 +130,8 @@ def stored_race(folder=None):
             merged.setdefault(name, []).extend({**row, "kernels": stored["cpu_capability"]} for row in rows)
         info["files"].append({"file": path.name, "command": stored["command"], "kernels": stored["cpu_capability"],
                               "seeds": sorted({row["seed"] for rows in stored["results"].values() for row in rows})})
-    return merged, info
+    order = [*VARIANTS, *sorted(set(merged) - set(VARIANTS))]                  # the order of VARIANTS, not of the files
+    return {name: merged[name] for name in order if name in merged}, info
 
 
 def step_times(names=tuple(VARIANTS), *, steps=6, warmup=2, seed=0):
@@ -137,6 +157,177 @@ def step_times(names=tuple(VARIANTS), *, steps=6, warmup=2, seed=0):
     for row in out.values():
         row["vs_grpo"] = row["s_per_step"] / base
     return out
+
+
+def per_seed(results, key="after"):
+    """{variant: {seed: value}}: each seed's ``key``, the mean over the kernel sets it ran on.
+
+    The seed is what makes two runs independent (other prompts' samples, another trajectory); the
+    two kernel sets replay the same seed and agree to the digit in almost every case
+    (:func:`kernel_agreement`), so they count as one run, not two.
+    """
+    out = {}
+    for name, rows in results.items():
+        values = {}
+        for row in rows:
+            values.setdefault(row["seed"], []).append(row[key])
+        out[name] = {seed: sum(v) / len(v) for seed, v in sorted(values.items())}
+    return out
+
+
+def kernel_agreement(results, key="after"):
+    """How often the kernel sets gave the same ``key`` for the same (variant, seed):
+    {"pairs", "same", "differing": [(variant, seed, largest gap)]}. Only (variant, seed) pairs
+    run on more than one kernel set count."""
+    pairs, differing = 0, []
+    for name, rows in results.items():
+        by_seed = {}
+        for row in rows:
+            by_seed.setdefault(row["seed"], []).append(row[key])
+        for seed, values in sorted(by_seed.items()):
+            if len(values) < 2:
+                continue
+            pairs += 1
+            if max(values) != min(values):
+                differing.append((name, seed, max(values) - min(values)))
+    return {"pairs": pairs, "same": pairs - len(differing), "differing": differing}
+
+
+def paired_differences(results, key="after", baseline="grpo"):
+    """{variant: {seed: value − baseline's value on the same seed}} for every variant but ``baseline``.
+
+    Pairing by seed removes what the seed does to every variant alike (the prompts drawn, the
+    model's luck on them), so the spread of these differences is the noise a comparison has to
+    beat. Only seeds the baseline also ran are kept.
+    """
+    values = per_seed(results, key)
+    if baseline not in values:
+        from grpo_edu.common import _checks
+
+        _checks.fail("baseline", f"{baseline!r} is not in the race (it holds {', '.join(values)})",
+                     "pass a variant the race ran, e.g. baseline='grpo'")
+    base = values[baseline]
+    return {name: {seed: v - base[seed] for seed, v in seeds.items() if seed in base}
+            for name, seeds in values.items() if name != baseline}
+
+
+RESOLVED = 0.10
+"""The rule lesson 12 reads its three seeds by: a mean paired difference under 10 points of accuracy is
+"unresolved". A convention sized to the race, not a test: one paired difference varies by about 5 points
+(:func:`pooled_spread`), and :func:`verdict` also asks every seed to agree in sign."""
+
+
+def verdict(differences, resolved=RESOLVED):
+    """"ahead" or "behind" when every paired difference has that sign and their mean is at least
+    ``resolved`` in size; otherwise "unresolved". ``differences``: the per-seed differences of one
+    variant (a list, or {seed: difference})."""
+    diffs = list(differences.values()) if isinstance(differences, dict) else list(differences)
+    if not diffs:
+        from grpo_edu.common import _checks
+
+        _checks.fail("differences", "is empty", "pass one variant's per-seed differences (paired_differences)")
+    mean = sum(diffs) / len(diffs)
+    if all(d < 0 for d in diffs) and mean <= -resolved:
+        return "behind"
+    if all(d > 0 for d in diffs) and mean >= resolved:
+        return "ahead"
+    return "unresolved"
+
+
+def pooled_spread(differences):
+    """The standard deviation of a paired difference, pooled over variants: √(Σ (d − d̄_variant)² / Σ (n − 1)).
+
+    ``differences``: {variant: {seed: difference}} (:func:`paired_differences`). Each variant's
+    mean is taken out first, so a real gap between variants does not count as noise; a variant
+    with one seed adds nothing.
+    """
+    squares, dof = 0.0, 0
+    for diffs in differences.values():
+        d = list(diffs.values()) if isinstance(diffs, dict) else list(diffs)
+        if len(d) < 2:
+            continue
+        mean = sum(d) / len(d)
+        squares += sum((x - mean) ** 2 for x in d)
+        dof += len(d) - 1
+    if dof == 0:
+        from grpo_edu.common import _checks
+
+        _checks.fail("differences", "holds no variant with two or more seeds, so there is no spread to measure",
+                     "pass paired_differences of a race run over several seeds")
+    return (squares / dof) ** 0.5
+
+
+def _t_cdf(x, df, intervals=200):
+    """Student's t distribution's CDF at ``x`` with ``df`` degrees of freedom (Simpson's rule on the density)."""
+    if x < 0:
+        return 1.0 - _t_cdf(-x, df, intervals)
+    norm = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+    density = lambda u: norm * (1 + u * u / df) ** (-(df + 1) / 2)   # noqa: E731
+    h = x / intervals
+    inner = sum((4 if i % 2 else 2) * density(i * h) for i in range(1, intervals))
+    return 0.5 + h / 3 * (density(0.0) + inner + density(x))
+
+
+def t_quantile(p, df):
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`_t_cdf`);
+    e.g. t_quantile(0.975, 2) = 4.303, the factor of a 95 % interval from three paired differences."""
+    from grpo_edu.common import _checks
+
+    if not _checks.is_finite_number(p) or not 0 < p < 1:
+        _checks.fail("p", f"must lie strictly between 0 and 1, got {p!r}", "e.g. p=0.975")
+    if not _checks.is_finite_number(df) or df <= 0:
+        _checks.fail("df", f"must be a positive number, got {df!r}", "pass the number of differences − 1")
+    return _t_quantile(float(p), float(df))
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantile(p, df):
+    if p < 0.5:
+        return -_t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while _t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(45):                                          # the bracket shrinks to ~1e-13 of its width
+        mid = (low + high) / 2
+        low, high = (mid, high) if _t_cdf(mid, df) < p else (low, mid)
+    return (low + high) / 2
+
+
+def seeds_to_resolve(spread, gap=0.05, *, alpha=0.05, power=0.8):
+    """How many seeds a paired comparison needs to detect a true mean difference of ``gap`` (a paired
+    t-test at level ``alpha``, two-sided, with probability ``power``), when one paired difference has
+    standard deviation ``spread``: the smallest n with n ≥ ((t_{1−α/2, n−1} + t_{power, n−1})·spread / gap)².
+
+    With many seeds the t quantiles become the normal ones, 1.96 and 0.84, and n ≈ 7.85·(spread / gap)²;
+    with few, the t quantiles are larger and ask more. A gap as large as the spread needs 10 seeds.
+    """
+    from grpo_edu.common import _checks
+
+    for name, value in (("spread", spread), ("gap", gap)):
+        if not _checks.is_finite_number(value) or value <= 0:
+            _checks.fail(name, f"must be a positive number, got {value!r}",
+                         "pass spread from pooled_spread and gap as a share of accuracy, e.g. 0.05 for 5 points")
+    for name, value in (("alpha", alpha), ("power", power)):
+        if not _checks.is_finite_number(value) or not 0 < value < 1:
+            _checks.fail(name, f"must lie strictly between 0 and 1, got {value!r}", "e.g. alpha=0.05, power=0.8")
+    z = statistics.NormalDist().inv_cdf
+    n = max(2, math.ceil(((z(1 - alpha / 2) + z(power)) * spread / gap) ** 2))   # the normal answer: a lower bound
+    while n < ((t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) * spread / gap) ** 2:
+        n += 1
+    return n
+
+
+def difference_rows(results, key="after", baseline="grpo", *, resolved=RESOLVED):
+    """One dict per variant (for ``viz.Table``): its per-seed differences against ``baseline`` in points
+    (seed order), their mean, and its :func:`verdict`."""
+    rows = []
+    for name, diffs in paired_differences(results, key, baseline).items():
+        d = list(diffs.values())
+        rows.append({"variant": name,
+                     f"{key} − {baseline}, per seed {', '.join(map(str, diffs))} (points)":
+                         ", ".join(f"{100 * x:+.1f}" for x in d),
+                     "mean (points)": f"{100 * sum(d) / len(d):+.1f}", "verdict": verdict(d, resolved)})
+    return rows
 
 
 def _cell(values):

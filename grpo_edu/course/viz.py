@@ -605,6 +605,87 @@ def token_entropy(tokens, entropy, *, title=None, ax=None):
     return fig
 
 
+def length_histograms(panels, *, max_length=None):
+    """Histograms of answer lengths, right answers against wrong ones, one panel per model (lesson 11).
+
+    ``panels``: {title: {"right": [lengths], "wrong": [lengths]}}, lengths in tokens; every panel
+    shares one set of bins, one per whole token from 1 to ``max_length`` (default: the longest given),
+    so a bar's height is the number of answers of exactly that length. A mean hides what this shows:
+    two humps, bare answers of 3–4 tokens and worked ones of 8 or more.
+    """
+    if not panels:
+        raise ValueError("panels: is empty. Fix: pass {title: {'right': [...], 'wrong': [...]}}, one entry per model.")
+    for title, kinds in panels.items():
+        if set(kinds) != {"right", "wrong"}:
+            raise ValueError(f"panels[{title!r}]: has keys {sorted(kinds)}. Fix: give exactly 'right' and 'wrong'.")
+    longest = max((max(v) for kinds in panels.values() for v in kinds.values() if len(v)), default=1)
+    top = int(max_length or longest)
+    edges = np.arange(0.5, top + 1.5)                                 # one bin per whole token
+    fig = Figure(figsize=(4.2 * len(panels) + 0.6, 3.0), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    for ax, (title, kinds) in zip(axes, panels.items()):
+        for kind, color in (("right", GREEN), ("wrong", RED)):
+            values = np.asarray(kinds[kind], dtype=float)
+            ax.hist(values, bins=edges, histtype="stepfilled", alpha=0.45, color=color, edgecolor=color,
+                    label=f"{kind} ({len(values)})")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("answer length (tokens, <eos> included)")
+        ax.set_xlim(0, top + 1)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("answers")
+    return fig
+
+
+def token_push_rows(rows, *, scale=None, title=None):
+    """Answers drawn token by token, each token's box coloured by its push (lesson 11).
+
+    ``rows``: {label: (tokens, push)}, one row per answer: ``tokens`` its tokens as strings,
+    ``push`` one number per token from :func:`grpo_edu.core.losses.token_push` (positive: the step
+    raises the token, blue; negative: it lowers it, red; 0: white). All rows share one colour scale,
+    symmetric around 0, so equal colours are equal pushes: ``scale`` is the push drawn at full
+    colour (default: the largest |push| given); larger pushes saturate. Each row's total push,
+    Σ_t push, is written at its right end.
+    """
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    if not rows:
+        raise ValueError("rows: is empty. Fix: pass {label: (tokens, push)}, one entry per answer.")
+    for label, (tokens, push) in rows.items():
+        if len(tokens) != len(push):
+            raise ValueError(f"rows[{label!r}]: has {len(push)} pushes for {len(tokens)} tokens. "
+                             "Fix: pass one push per token.")
+    if scale is not None and not scale > 0:
+        raise ValueError(f"scale: is {scale}. Fix: pass a push > 0 to draw at full colour, or None for the largest.")
+    top = scale or max((abs(float(p)) for _, push in rows.values() for p in push), default=0.0) or 1.0
+    colors = ScalarMappable(norm=Normalize(vmin=-top, vmax=top, clip=True), cmap="RdBu")
+    width = max(len(tokens) for tokens, _ in rows.values())
+    fig = Figure(figsize=(min(14.0, 4.4 + 0.3 * width), 0.55 * len(rows) + 1.3), layout="constrained")
+    ax = fig.add_subplot()
+    for r, (label, (tokens, push)) in enumerate(rows.items()):
+        y = len(rows) - 1 - r                                          # the first row on top
+        for t, (token, p) in enumerate(zip(tokens, push)):
+            ax.add_patch(_token_box(t, y, colors.to_rgba(float(p))))
+            ax.text(t + 0.5, y + 0.45, token, ha="center", va="center", fontsize=8, family="monospace")
+        ax.text(len(tokens) + 0.3, y + 0.45, f"total {sum(float(p) for p in push):+.3g}", va="center", fontsize=8)
+    ax.set_xlim(0, width + 4)
+    ax.set_ylim(-0.1, len(rows))
+    ax.set_yticks([len(rows) - 1 - r + 0.45 for r in range(len(rows))], list(rows), fontsize=8)
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    fig.colorbar(colors, ax=ax, label="push per token", shrink=0.8, pad=0.01, extend="both" if scale else "neither")
+    ax.set_title(title or "How hard one step pushes each token (red: down, blue: up)", fontsize=10)
+    return fig
+
+
+def _token_box(x, y, color):
+    """One token's box of :func:`token_push_rows`: a unit square at (x, y), slightly inset."""
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x + 0.04, y), 0.92, 0.9, facecolor=color, edgecolor=GREY, lw=0.4)
+
+
 def pass_at_k_curves(curves, ax=None):
     """pass@k against k (log scale), one line per model: ``curves`` = {label: {k: pass@k}} (lesson 11)."""
     fig, ax = _axes(ax, (5.0, 3.0))
@@ -665,7 +746,10 @@ def race_curves(results, *, key="curve", ax=None):
     at each step, with the runs' [min, max] band for ``grpo``. ``results``: {variant: [rows]} as
     ``grpo_edu.course.variants.stored_race`` returns."""
     fig, ax = _axes(ax, (8.0, 3.6))
-    palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf")
+    palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#9467bd")
+    if len(results) > len(palette):
+        raise ValueError(f"results: {len(results)} variants, but race_curves has {len(palette)} colours. "
+                         "Fix: pass at most that many variants.")
     for (name, rows), color in zip(results.items(), palette):
         curves = np.array([row[key] for row in rows], dtype=float)          # (runs, steps)
         steps = np.arange(1, curves.shape[1] + 1)
@@ -676,4 +760,32 @@ def race_curves(results, *, key="curve", ax=None):
     ax.set_xlabel("step")
     ax.set_ylabel("training reward (median over runs)")
     ax.legend(fontsize=7, ncol=3, loc="lower right")
+    return fig
+
+
+def paired_differences(differences, *, resolved=0.10, label="held-out accuracy", ax=None):
+    """Each variant's per-seed difference against the baseline, in points, as dots (one per seed,
+    labelled with it), with their mean as a bar (lesson 12). The grey band, |mean| < ``resolved``,
+    is where a few seeds cannot tell the variants apart. ``differences``: {variant: {seed: difference}}
+    (``grpo_edu.course.variants.paired_differences``; a difference is a share, drawn × 100)."""
+    fig, ax = _axes(ax, (8.0, 0.42 * len(differences) + 1.3))
+    names = list(differences)
+    ax.axvspan(-100 * resolved, 100 * resolved, color=GREY, alpha=0.15, lw=0,
+               label=f"|mean| < {100 * resolved:g} points: unresolved")
+    ax.axvline(0.0, color="black", lw=0.8)
+    seeds = sorted({seed for diffs in differences.values() for seed in diffs})
+    markers = dict(zip(seeds, "os^Dvp<>"))
+    for y, name in enumerate(names):
+        diffs = differences[name]
+        if not diffs:
+            continue
+        mean = 100 * sum(diffs.values()) / len(diffs)
+        ax.plot([mean, mean], [y - 0.32, y + 0.32], color=BLUE, lw=3, label="mean over seeds" if y == 0 else None)
+        for seed, d in diffs.items():
+            ax.plot(100 * d, y, markers.get(seed, "o"), color=ORANGE, ms=6, mec="black", mew=0.5, ls="none",
+                    label=f"seed {seed}" if y == 0 else None)
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{label}: variant − baseline on the same seed (points)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig

@@ -1,4 +1,4 @@
-"""Long answers: sums of 2 to 5 numbers, answered with or without written working.
+"""Long answers: sums of 2 to 6 numbers, answered with or without written working.
 
 Every other task in the course is answered in at most 4 tokens, so nothing about *length* can
 be seen there. Here the model may write its working, one partial sum per step, before the

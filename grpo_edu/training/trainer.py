@@ -2,7 +2,7 @@
 
     for step = 1 … total_steps:
         1. take batch_size prompts                          (schedule: epoch order, drop_last)
-        2. sample G completions each with π_θold            (rollout.generate)
+        2. sample G completions each with π_θold            (rollout.generate, or engine.generate)
         3. score them                                       (rewards.compute_rewards)
         4. Â = group-relative advantages                    (advantages.group_advantages; or RLOO, REINFORCE++)
            with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
@@ -55,7 +55,7 @@ from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training import checkpoint as ckpt, run_folder
+from grpo_edu.training import checkpoint as ckpt, engine, run_folder
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.evaluation import evaluate_run
 from grpo_edu.training.models import load_model_and_tokenizer, pick_device
@@ -250,9 +250,10 @@ class GRPOTrainer:
         c = self.config
         self.model.eval()
         with self._autocast(sampling=True):
-            rollout = generate(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
-                               max_new_tokens=c.max_completion_length, temperature=c.temperature,
-                               generator=self.generator)
+            sample = engine.generate if c.sampler == "engine" else generate
+            rollout = sample(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
+                             max_new_tokens=c.max_completion_length, temperature=c.temperature,
+                             generator=self.generator)
         self.model.train()
         return rollout
 

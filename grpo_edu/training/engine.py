@@ -1,0 +1,330 @@
+"""A faster sampler (an *engine*) beside the readable loop of ``rollout.generate``: same answers' law, less work.
+
+``rollout.generate`` is the loop a learner reads: every step runs the ``transformers`` forward on
+all N rows, finished or not, until the longest answer ends. On lesson 11's model one batch of 32
+rows decodes to the 42-token cap because one answer runs that long while the mean is 22 tokens,
+and each step pays the library's per-call overhead (cache objects, mask building). Production
+samples with an inference engine (vLLM, SGLang) instead. This module does, in about 300 lines,
+the three things of theirs that matter at this size:
+
+==============================  ============================================================
+here                            what vLLM does
+==============================  ============================================================
+``_LlamaDecoder`` cache         a preallocated KV cache: one (rows, KV heads, positions, d)
+                                block per layer, written in place (vLLM: paged blocks the
+                                scheduler hands out, so no row reserves the whole context)
+``Decoder.keep`` after EOS      continuous batching: a finished sequence leaves the batch at
+                                once and its cache slots are freed (vLLM then fills the slot
+                                with a waiting request; here nothing waits, so the batch shrinks)
+prefill once per prompt, then   parallel sampling (``n`` > 1) shares the prompt's KV blocks:
+``Decoder.repeat(G)``           the prompt is read once, its cache copied to G sequences
+``_LlamaDecoder._layer``        the model's forward without the framework around it: one
+                                ``scaled_dot_product_attention`` call per layer (vLLM: fused
+                                paged-attention kernels and CUDA graphs)
+==============================  ============================================================
+
+The fast path reads the weights of ``transformers.LlamaForCausalLM`` (the bundled models' and
+Llama's family: RoPE, RMSNorm, SwiGLU, grouped KV heads) and computes what its forward computes;
+``tests/test_engine.py`` checks the log-probs against a teacher-forced forward to 1e-5. Any other
+model decodes through its own ``transformers`` forward and KV cache, still dropping finished rows,
+and says so in one line: slower, never silently wrong.
+
+The return value is :class:`~grpo_edu.training.rollout.Rollout`, exactly as ``rollout.generate``
+makes it (left-padded prompts, pad after the first EOS, the mask up to and including it, log-probs at
+the temperature). The answers come from the same distribution but not from the same random numbers:
+when rows leave the batch, the next draw of ``torch.multinomial`` lands on other rows, so a seed gives
+other answers than the loop's (greedy answers are the same). Shapes: B prompts, G completions per
+prompt, N = B·G rows, n of them still decoding, P prompt tokens, S = P + max_new_tokens cache slots,
+H query heads, K KV heads, d head size, D hidden size, V vocabulary.
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from grpo_edu.common import _checks
+from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions
+
+FAST_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+"""RoPE types whose angles depend on the position only (so one table serves every step); "dynamic"
+and "longrope" rescale with the sequence length and take the ``transformers`` path."""
+
+_told = set()
+"""Model classes already named in the fallback line (it is printed once per class and process)."""
+
+
+def fast_path_refusal(model):
+    """Why ``model`` cannot take the fast Llama path (a short reason), or None when it can."""
+    from transformers import LlamaForCausalLM
+
+    config = model.config
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if not isinstance(model, LlamaForCausalLM):
+        return f"{type(model).__name__} is not LlamaForCausalLM"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"its hidden_act is {config.hidden_act!r}, not SwiGLU's 'silu'"
+    if rope.get("rope_type", "default") not in FAST_ROPE_TYPES:
+        return f"its RoPE type {rope.get('rope_type')!r} depends on the sequence length"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return "it splits its linear layers (pretraining_tp > 1)"
+    if not hasattr(model.model, "rotary_emb") or not all(hasattr(layer.self_attn, "scaling")
+                                                         for layer in model.model.layers):
+        return "its transformers version lays Llama out otherwise (no model.rotary_emb or attention scaling)"
+    return None
+
+
+def _joined(*linears):
+    """The weights (and biases, when they have them) of several Linear layers stacked: one matmul for all."""
+    weight = torch.cat([lin.weight for lin in linears], dim=0)                         # (Σ out, in)
+    bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears], dim=0)
+    return weight, bias
+
+
+class _LlamaDecoder:
+    """Llama's forward over a preallocated KV cache, with the model's own weights and nothing around them.
+
+    One decoder lives for one ``generate`` call. Its state: the cache (per layer, keys and values of
+    shape (n, K, S, d)), which cache slots each row may attend to (``visible``, (n, S): left padding
+    is hidden), each row's next RoPE position (``position``, (n,)) and how many slots are written.
+    """
+
+    def __init__(self, model, max_new_tokens):
+        config = model.config
+        self.model, self.max_new = model, max_new_tokens
+        self.heads = config.num_attention_heads                                        # H
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads      # K (GQA when K < H)
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads   # d
+        self.eps = config.rms_norm_eps
+        self.layers = model.model.layers
+        # vLLM's fused projections (QKVParallelLinear, MergedColumnParallelLinear): q, k, v in one matmul,
+        # gate and up in another; the same numbers as three and two, in fewer calls
+        self.qkv = [_joined(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+                    for layer in self.layers]
+        self.gate_up = [_joined(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.layers]
+
+    # --- the pieces of one layer -------------------------------------------------------------
+    def _rms_norm(self, x, norm):
+        """RMSNorm: x / √(mean(x²) + ε) · w, in float32 as ``LlamaRMSNorm`` computes it."""
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return norm.weight * x32.to(x.dtype)
+
+    @staticmethod
+    def _rope(x, cos, sin):
+        """Rotate each (x₁, x₂) half-pair by its position's angle: x·cos + rotate_half(x)·sin."""
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)                  # (n, heads, q, d)
+        return x * cos + rotated * sin
+
+    def _layer(self, i, layer, h, cos, sin, mask, start):
+        """Layer ``i`` on ``h`` (n, q, D), whose q tokens go to cache slots start … start+q−1."""
+        attn, mlp = layer.self_attn, layer.mlp
+        n, q, _ = h.shape
+        x = self._rms_norm(h, layer.input_layernorm)                                   # (n, q, D)
+        qkv = F.linear(x, *self.qkv[i])                                                 # (n, q, (H + 2K)·d)
+        queries, keys, values = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
+                                           self.kv_heads * self.head_dim], dim=-1)
+        queries = queries.view(n, q, self.heads, self.head_dim)                        # (n, q, H, d)
+        keys = keys.view(n, q, self.kv_heads, self.head_dim)                           # (n, q, K, d)
+        values = values.view(n, q, self.kv_heads, self.head_dim)                       # (n, q, K, d)
+        queries = self._rope(queries.transpose(1, 2), cos, sin)                        # (n, H, q, d)
+        keys = self._rope(keys.transpose(1, 2), cos, sin)                              # (n, K, q, d)
+        cache_k, cache_v = self.cache[i]                       # (n, K, S, d) each
+        cache_k[:, :, start:start + q] = keys                                          # write in place
+        cache_v[:, :, start:start + q] = values.transpose(1, 2)                        # (n, K, q, d)
+        end = start + q
+        # softmax(q·kᵀ/√d + mask)·v over every written slot; GQA: each KV head serves H/K query heads
+        out = F.scaled_dot_product_attention(queries, cache_k[:, :, :end], cache_v[:, :, :end], attn_mask=mask,
+                                             is_causal=mask is None and q > 1, scale=attn.scaling,
+                                             enable_gqa=self.kv_heads != self.heads)   # (n, H, q, d)
+        out = out.transpose(1, 2).reshape(n, q, self.heads * self.head_dim)            # (n, q, H·d)
+        h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
+        x = self._rms_norm(h, layer.post_attention_layernorm)
+        # SwiGLU: down(silu(gate(x)) ⊙ up(x))
+        gate, up = F.linear(x, *self.gate_up[i]).chunk(2, dim=-1)                       # (n, q, I) each
+        return h + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)  # (n, q, D)
+
+    def _forward(self, ids, positions, mask, start):
+        """Logits of each row's last token, (n, V), after writing ``ids`` (n, q) to the cache."""
+        body = self.model.model
+        h = body.embed_tokens(ids)                                                     # (n, q, D)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # (n, 1, q, d)
+        for i, layer in enumerate(self.layers):
+            h = self._layer(i, layer, h, cos, sin, mask, start)
+        h = self._rms_norm(h[:, -1], body.norm)                                        # (n, D)
+        return self.model.lm_head(h)                                                   # (n, V)
+
+    # --- the decoder's interface (shared with _TransformersDecoder) --------------------------
+    def prefill(self, prompt_ids, prompt_mask):
+        """Read the B prompts (B, P), left-padded; returns the logits of each one's next token, (B, V)."""
+        B, P = prompt_ids.shape
+        S = P + self.max_new                                                           # cache slots
+        param = self.model.lm_head.weight
+        # RoPE's cos and sin for every position once, from the model's own rotary module
+        h0 = torch.zeros(1, 1, dtype=self.model.model.embed_tokens.weight.dtype, device=param.device)
+        cos, sin = self.model.model.rotary_emb(h0, torch.arange(S, device=param.device)[None])
+        self.cos, self.sin = cos[0], sin[0]                                            # (S, d) each
+        # under autocast (bf16 sampling) the keys come out in the autocast dtype: the cache holds that
+        kind = param.device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else param.dtype
+        self.cache = [(torch.zeros(B, self.kv_heads, S, self.head_dim, dtype=dtype, device=param.device),
+                       torch.zeros(B, self.kv_heads, S, self.head_dim, dtype=dtype, device=param.device))
+                      for _ in self.layers]                                            # (B, K, S, d) per layer
+        self.padded = not bool(prompt_mask.all())
+        self.visible = torch.ones(B, S, dtype=torch.bool, device=param.device)         # (B, S)
+        self.visible[:, :P] = prompt_mask.bool()
+        self.position = prompt_mask.sum(1)                                             # (B,) next token's position
+        self.written = P
+        mask = None                                                                    # plain causal: is_causal
+        if self.padded:
+            causal = torch.ones(P, P, dtype=torch.bool, device=param.device).tril()    # (P, P)
+            # a pad query sees itself, so no softmax row is empty (an empty one is NaN, and NaN · 0 is NaN)
+            mask = (causal & self.visible[:, None, :P]) | torch.eye(P, dtype=torch.bool, device=param.device)
+            mask = mask.unsqueeze(1)                                                   # (B, 1, P, P)
+        return self._forward(prompt_ids, _positions(prompt_mask), mask, start=0)
+
+    def repeat(self, G):
+        """Copy each row's cache G times, consecutively: rows b·G … b·G + G − 1 share prompt b."""
+        self.cache = [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in self.cache]   # (N, K, S, d)
+        self.visible = self.visible.repeat_interleave(G, 0)                            # (N, S)
+        self.position = self.position.repeat_interleave(G, 0)                          # (N,)
+
+    def keep(self, rows):
+        """Keep only ``rows`` (indices into the live rows): the others' cache rows are freed."""
+        self.cache = [(k[rows], v[rows]) for k, v in self.cache]                      # (n', K, S, d)
+        self.visible = self.visible[rows]                                              # (n', S)
+        self.position = self.position[rows]                                            # (n',)
+
+    def step(self, tokens):
+        """Feed one token per live row, (n,); returns the next logits, (n, V)."""
+        start = self.written
+        mask = self.visible[:, None, None, :start + 1] if self.padded else None        # (n, 1, 1, slots)
+        logits = self._forward(tokens[:, None], self.position[:, None], mask, start)   # (n, V)
+        self.written += 1
+        self.position = self.position + 1
+        return logits
+
+
+class _TransformersDecoder:
+    """Any causal LM through its own ``transformers`` forward and KV cache, finished rows dropped."""
+
+    def __init__(self, model, max_new_tokens):
+        self.model, self.cache_name = model, _cache_name(model)
+
+    def prefill(self, prompt_ids, prompt_mask):
+        self.padded = not bool(prompt_mask.all())
+        self.mask = prompt_mask if self.padded else None                               # (B, P)
+        self.position = _positions(prompt_mask)[:, -1:] if self.padded else None       # (B, 1)
+        out = self.model(input_ids=prompt_ids, attention_mask=self.mask,
+                         position_ids=_positions(prompt_mask) if self.padded else None, use_cache=True,
+                         logits_to_keep=1)
+        self.cache = getattr(out, self.cache_name)
+        for method in ("batch_repeat_interleave", "batch_select_indices"):
+            if not hasattr(self.cache, method):
+                _checks.fail("model", f"its KV cache ({type(self.cache).__name__}) cannot select rows, so the engine "
+                             "cannot drop finished answers", "sample with the loop: GRPOConfig(sampler='loop')")
+        return out.logits[:, -1]                                                       # (B, V)
+
+    def repeat(self, G):
+        self.cache.batch_repeat_interleave(G)
+        if self.padded:
+            self.mask = self.mask.repeat_interleave(G, 0)                              # (N, slots)
+            self.position = self.position.repeat_interleave(G, 0)                      # (N, 1)
+
+    def keep(self, rows):
+        self.cache.batch_select_indices(rows)
+        if self.padded:
+            self.mask, self.position = self.mask[rows], self.position[rows]            # (n', slots), (n', 1)
+
+    def step(self, tokens):
+        if self.padded:
+            self.mask = torch.cat([self.mask, torch.ones_like(tokens[:, None])], dim=1)   # (n, slots + 1)
+            self.position = self.position + 1
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.position,
+                         use_cache=True, **{self.cache_name: self.cache})
+        self.cache = getattr(out, self.cache_name)
+        return out.logits[:, -1]                                                       # (n, V)
+
+
+def decoder_for(model, max_new_tokens):
+    """The fast Llama decoder when ``model`` is a Llama, else its own forward (and one line saying so)."""
+    refusal = fast_path_refusal(model)
+    if refusal is None:
+        return _LlamaDecoder(model, max_new_tokens)
+    name = type(model).__name__
+    if name not in _told:
+        _told.add(name)
+        print(f"engine: {refusal}, so it samples through the transformers forward (finished rows still leave "
+              "the batch; correct, only slower)", file=sys.stderr)
+    return _TransformersDecoder(model, max_new_tokens)
+
+
+def _check_logits(logits, t):
+    if not bool((logits < float("inf")).all()):                                        # NaN or +∞
+        _checks.fail("model", f"its output holds NaN or ∞ at completion token {t + 1}, so nothing can be sampled: "
+                     "its weights are damaged, or the run that made them diverged",
+                     "load an earlier checkpoint or the bundled model; when training diverges, lower the "
+                     "learning rate (lesson 09)")
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, temperature=1.0,
+             generator=None, with_entropy=False):
+    """``rollout.generate``'s answers, from the same distribution, by the engine; returns a :class:`Rollout`.
+
+    Same arguments and the same return value (see ``rollout.generate``); only the random numbers go
+    elsewhere, since finished rows leave the batch (greedy decoding, ``temperature=0``, gives the loop's
+    answers token for token).
+    """
+    _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer)
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    G = num_generations
+
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
+    unique_ids, unique_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)   # (B, P)
+    decoder = decoder_for(model, max_new_tokens)
+    logits = decoder.prefill(unique_ids, unique_mask)                                  # (B, V): each prompt once
+    if G > 1:
+        decoder.repeat(G)
+        logits = logits.repeat_interleave(G, 0)                                        # (N, V)
+    N = unique_ids.shape[0] * G
+
+    tokens = torch.full((N, max_new_tokens), pad, dtype=torch.long, device=device)    # (N, max_new), pad after EOS
+    logps = torch.zeros(N, max_new_tokens, device=device)                              # (N, max_new)
+    entropies = torch.zeros(N, max_new_tokens, device=device) if with_entropy else None
+    live = torch.arange(N, device=device)                                              # (n,) which row each live one is
+    for t in range(max_new_tokens):
+        logits = logits.float()                                                        # (n, V)
+        _check_logits(logits, t)
+        if temperature > 0:
+            logp = torch.log_softmax(logits / temperature, dim=-1)                     # log π(·|q, o_<t) at τ
+            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)     # (n,)
+        else:
+            logp = torch.log_softmax(logits, dim=-1)
+            tok = logits.argmax(dim=-1)                                                # (n,)
+        tokens[live, t] = tok
+        logps[live, t] = logp.gather(1, tok[:, None]).squeeze(1)
+        if with_entropy:
+            entropies[live, t] = -(logp.exp() * logp).sum(-1)                         # H(π(·|q, o_<t))
+        going = tok != eos                                                             # (n,)
+        if not bool(going.any()) or t == max_new_tokens - 1:
+            break
+        if not bool(going.all()):                                                      # continuous batching:
+            stay = going.nonzero().squeeze(1)                                          # finished rows leave
+            live, tok = live[stay], tok[stay]
+            decoder.keep(stay)
+        logits = decoder.step(tok)                                                     # (n, V)
+
+    T = t + 1
+    completion_ids = tokens[:, :T]                                                     # (N, T)
+    is_eos = completion_ids == eos
+    completion_mask = ((is_eos.cumsum(dim=1) - is_eos.long()) == 0).long()            # 1 up to and including EOS
+    texts = tokenizer.batch_decode(completion_ids * completion_mask + pad * (1 - completion_mask),
+                                   skip_special_tokens=True)
+    return Rollout(prompts=list(prompts), num_generations=G, prompt_ids=unique_ids.repeat_interleave(G, 0),
+                   prompt_mask=unique_mask.repeat_interleave(G, 0), completion_ids=completion_ids,
+                   completion_mask=completion_mask, logprobs=logps[:, :T] * completion_mask, completions=texts,
+                   entropy=entropies[:, :T] * completion_mask if with_entropy else None)

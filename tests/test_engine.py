@@ -1,0 +1,262 @@
+"""The engine (grpo_edu/training/engine.py) against the loop and a teacher-forced forward.
+
+Each check can fail: the log-probs are compared with one ``transformers`` forward over prompt +
+completion (the trainer's own ``completion_logprobs``) to 1e-5, greedy answers with
+``model.generate(do_sample=False)`` token for token, and sampled answers with the loop's by a χ²
+test over many draws (not by a seed: rows leaving the batch move the random numbers), whose power
+is shown on a sampler that is slightly off.
+"""
+
+import pytest
+import torch
+
+from grpo_edu.training import engine, rollout
+from grpo_edu.training.models import load_model_and_tokenizer
+
+ADDER_PROMPTS = ["12+34=", "7+5=", "99+1=", "3+40=", "56+78=", "0+0=", "8+91=", "45+45="]
+
+
+def _sums_prompts():
+    from grpo_edu.training.tasks import get_task
+
+    return [row["prompt"] for row in get_task("sums").split("heldout")[:8]]
+
+
+@pytest.fixture(scope="module")
+def adder():
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def sums():
+    model, tokenizer = load_model_and_tokenizer("bundled-sums")
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def wide_llama(char_tokenizer):
+    """A random Llama of another shape: 6 query heads on 2 KV heads (GQA), head size 16, biases, RoPE θ = 5e5,
+    128 positions, untied head; weights large enough that its distributions are far from uniform."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = char_tokenizer
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=96, num_hidden_layers=3, num_attention_heads=6,
+                      num_key_value_heads=2, head_dim=16, intermediate_size=160, max_position_embeddings=128,
+                      attention_bias=True, mlp_bias=True, tie_word_embeddings=False, initializer_range=0.2,
+                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    return LlamaForCausalLM(cfg).eval(), tok
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(char_tokenizer):
+    """Not a Llama: a random 2-layer GPT-2 built here (nothing downloaded), for the fallback path."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = char_tokenizer
+    torch.manual_seed(2)
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                     initializer_range=0.2)
+    return GPT2LMHeadModel(cfg).eval(), tok
+
+
+def _case(request, name):
+    """(model, tokenizer, prompts, max_new_tokens) of a named model."""
+    model, tokenizer = request.getfixturevalue(name)
+    prompts = _sums_prompts() if name == "sums" else ADDER_PROMPTS
+    return model, tokenizer, prompts, {"adder": 4, "sums": 42, "wide_llama": 40, "tiny_gpt2": 12}[name]
+
+
+def _teacher_forced(model, out, temperature):
+    """What the trainer computes from the rollout: one forward over prompt + completion, (N, T) each."""
+    logprobs, entropy = rollout.completion_logprobs(model, out.input_ids, out.attention_mask,
+                                                    out.completion_ids.shape[1], temperature=temperature,
+                                                    with_entropy=True)
+    return logprobs.detach() * out.completion_mask, entropy.detach() * out.completion_mask
+
+
+def _check_layout(out, tokenizer, max_new_tokens):
+    """Rollout's conventions: pad after the first EOS, the mask up to and including it, texts decoded."""
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    ids, mask = out.completion_ids, out.completion_mask
+    assert ids.shape[1] <= max_new_tokens and ids.shape == mask.shape == out.logprobs.shape
+    for row, m in zip(ids.tolist(), mask.tolist()):
+        n = sum(m)
+        assert m == [1] * n + [0] * (len(m) - n)                                    # a prefix of ones
+        assert row[n:] == [pad] * (len(row) - n)                                    # pad after it
+        assert eos not in row[:n - 1] and (row[n - 1] == eos or n == len(row))     # ends at the first EOS, or cut
+    assert (ids.shape[1] == max_new_tokens) or bool((ids == eos).any(1).all())      # stops when all ended
+    assert (out.logprobs[mask == 0] == 0).all()
+    assert out.completions == tokenizer.batch_decode(ids * mask + pad * (1 - mask), skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("name", ["adder", "sums", "wide_llama", "tiny_gpt2"])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_equal_a_teacher_forced_forward(request, name, temperature):
+    model, tokenizer, prompts, max_new = _case(request, name)
+    out = engine.generate(model, tokenizer, prompts, num_generations=4, max_new_tokens=max_new,
+                          temperature=temperature, generator=torch.Generator().manual_seed(0), with_entropy=True)
+    assert out.completion_ids.shape[0] == 4 * len(prompts)
+    _check_layout(out, tokenizer, max_new)
+    logprobs, entropy = _teacher_forced(model, out, temperature)
+    # 1e-5, absolute and relative: the wide model's log-probs reach −10, and float32 sums over 40 positions
+    # differ in the 6th digit (the loop's own, against the same forward, by 7.6e-6)
+    torch.testing.assert_close(out.logprobs, logprobs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.entropy, entropy, atol=1e-5, rtol=1e-5)
+    lengths = out.lengths
+    assert lengths.min() < lengths.max(), "rows of different lengths, so some left the batch before others"
+
+
+@pytest.mark.parametrize("name", ["adder", "sums", "wide_llama", "tiny_gpt2"])
+def test_greedy_answers_equal_model_generate(request, name):
+    model, tokenizer, prompts, max_new = _case(request, name)
+    out = engine.generate(model, tokenizer, prompts, num_generations=2, max_new_tokens=max_new, temperature=0)
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    theirs = model.generate(**enc, max_new_tokens=max_new, do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                            eos_token_id=tokenizer.eos_token_id)[:, enc["input_ids"].shape[1]:]   # (B, T)
+    assert torch.equal(out.completion_ids, theirs.repeat_interleave(2, dim=0))
+    loop = rollout.generate(model, tokenizer, prompts, num_generations=2, max_new_tokens=max_new, temperature=0)
+    assert torch.equal(out.completion_ids, loop.completion_ids) and out.completions == loop.completions
+    torch.testing.assert_close(out.logprobs, loop.logprobs, atol=1e-5, rtol=0)
+    assert torch.equal(out.prompt_ids, loop.prompt_ids) and torch.equal(out.prompt_mask, loop.prompt_mask)
+
+
+@pytest.mark.parametrize("name", ["sums", "tiny_gpt2"])
+def test_finished_answers_leave_the_batch(request, name, monkeypatch):
+    """Each decode step computes exactly the rows still going: after token t, those longer than t + 1 tokens."""
+    model, tokenizer, prompts, max_new = _case(request, name)
+    decoder = engine._LlamaDecoder if name == "sums" else engine._TransformersDecoder
+    rows, step = [], decoder.step
+    monkeypatch.setattr(decoder, "step", lambda self, tokens: rows.append(len(tokens)) or step(self, tokens))
+    out = engine.generate(model, tokenizer, prompts, num_generations=4, max_new_tokens=max_new,
+                          generator=torch.Generator().manual_seed(0))
+    lengths = out.lengths
+    assert rows == [int((lengths > t + 1).sum()) for t in range(out.completion_ids.shape[1] - 1)]
+    assert rows[-1] < rows[0] <= len(lengths)
+
+
+def _chi2_p(first, second, min_expected=5.0):
+    """Two-sample χ² test of equal distributions over the categories of two lists; returns (p, categories).
+    Categories expected fewer than ``min_expected`` times in either sample are pooled into one."""
+    cats = sorted(set(first) | set(second))
+    counts = torch.tensor([[first.count(c) for c in cats], [second.count(c) for c in cats]], dtype=torch.float64)
+    expected = counts.sum(0) * counts.sum(1, keepdim=True) / counts.sum()       # (2, k) under H0
+    rare = (expected < min_expected).any(0)
+    if rare.any():
+        counts = torch.cat([counts[:, ~rare], counts[:, rare].sum(1, keepdim=True)], dim=1)
+        expected = counts.sum(0) * counts.sum(1, keepdim=True) / counts.sum()
+    stat = ((counts - expected) ** 2 / expected).sum()
+    df = counts.shape[1] - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2)), df
+
+
+def _draws(sampler, model, tokenizer, prompts, max_new, temperature, rounds, seed):
+    """(first two tokens, length) of every completion over ``rounds`` batches of 8 per prompt."""
+    generator = torch.Generator().manual_seed(seed)
+    pairs, lengths = [], []
+    for _ in range(rounds):
+        out = sampler(model, tokenizer, prompts, num_generations=8, max_new_tokens=max_new, temperature=temperature,
+                      generator=generator)
+        pairs += [tuple(row[:2]) for row in out.completion_ids.tolist()]
+        lengths += out.lengths.tolist()
+    return pairs, lengths
+
+
+def test_sampled_answers_come_from_the_loops_distribution(adder):
+    """χ² over the first two tokens and over the length of 1,024 answers, engine against loop; then the same
+    test must see a loop at a temperature 20 % off (as a sampler that forgot τ = 1.2 would be), so it has the
+    power to see a wrong sampler. (The random models are too near uniform, and lesson 11's model too slow
+    for enough draws: their log-probs and greedy answers are checked above.)"""
+    model, tokenizer = adder
+    prompts, max_new, tau, rounds = ADDER_PROMPTS, 4, 1.2, 16
+    ours = _draws(engine.generate, model, tokenizer, prompts, max_new, tau, rounds, seed=1)
+    loop = _draws(rollout.generate, model, tokenizer, prompts, max_new, tau, rounds, seed=2)
+    for what, a, b in zip(("first two tokens", "length"), ours, loop):
+        p, df = _chi2_p(a, b)
+        assert df >= 3 and p > 1e-3, f"{what}: engine and loop differ, p = {p:.2g} over {df} degrees of freedom"
+    off = _draws(rollout.generate, model, tokenizer, prompts, max_new, tau / 1.2, rounds, seed=3)
+    assert _chi2_p(loop[0], off[0])[0] < 1e-3, "the test cannot see τ 20 % off"
+
+
+def test_a_non_llama_model_takes_the_transformers_path_and_says_so_once(tiny_gpt2, capsys, monkeypatch):
+    model, tokenizer = tiny_gpt2
+    monkeypatch.setattr(engine, "_told", set())
+    assert "GPT2LMHeadModel is not LlamaForCausalLM" in engine.fast_path_refusal(model)
+    for seed in (0, 1):
+        out = engine.generate(model, tokenizer, ADDER_PROMPTS, num_generations=3, max_new_tokens=12,
+                              generator=torch.Generator().manual_seed(seed))
+        logprobs, _ = _teacher_forced(model, out, 1.0)
+        torch.testing.assert_close(out.logprobs, logprobs, atol=1e-5, rtol=0)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("engine:")]
+    assert len(lines) == 1 and "transformers forward" in lines[0] and "GPT2LMHeadModel" in lines[0]
+
+
+def test_the_bundled_models_take_the_fast_path(adder, sums, wide_llama):
+    for model, _ in (adder, sums, wide_llama):
+        assert engine.fast_path_refusal(model) is None
+        assert isinstance(engine.decoder_for(model, 4), engine._LlamaDecoder)
+
+
+def test_bad_input_is_refused_before_any_work(adder):
+    model, tokenizer = adder
+    with pytest.raises(ValueError, match=r"^prompts: "):
+        engine.generate(model, tokenizer, "12+34=")
+    with pytest.raises(ValueError, match=r"^num_generations: "):
+        engine.generate(model, tokenizer, ADDER_PROMPTS, num_generations=0)
+    with pytest.raises(ValueError, match=r"^temperature: "):
+        engine.generate(model, tokenizer, ADDER_PROMPTS, temperature=-1.0)
+
+
+def test_bf16_autocast_samples_close_to_float32(adder):
+    """The trainer's sampling_dtype="bfloat16" wraps the sampler in autocast: the cache follows its dtype."""
+    model, tokenizer = adder
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = engine.generate(model, tokenizer, ADDER_PROMPTS, num_generations=4, max_new_tokens=4,
+                              generator=torch.Generator().manual_seed(0))
+    logprobs, _ = _teacher_forced(model, out, 1.0)
+    assert (out.logprobs - logprobs).abs().max() < 0.1
+
+
+def test_the_trainer_samples_with_the_engine_when_asked(monkeypatch):
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    with pytest.raises(ValueError, match=r"^sampler: "):
+        GRPOConfig(sampler="vllm")
+    calls = []
+    real = engine.generate
+    monkeypatch.setattr(engine, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    trainer = GRPOTrainer(GRPOConfig(sampler="engine", batch_size=4, num_generations=4, total_training_steps=2,
+                                     eval_size=0))
+    metrics = trainer.step()
+    assert calls == [1] and metrics["completion_length"] > 0
+    GRPOTrainer(GRPOConfig(batch_size=4, num_generations=4, total_training_steps=2, eval_size=0)).step()
+    assert calls == [1], "the default sampler is the loop"
+
+
+def test_bench_sampler_prints_both_samplers_and_the_step(capsys, monkeypatch):
+    """``grpo-edu bench --sampler`` wiring, made small: tiny batches, and the step's children answered in-process."""
+    from grpo_edu.beyond import bench
+
+    monkeypatch.setattr(bench, "SAMPLER_WORKLOADS", {
+        "sums": dict(bench.SAMPLER_WORKLOADS["sums"], batch_size=2, num_generations=2, max_new_tokens=6),
+        "adder": dict(bench.SAMPLER_WORKLOADS["adder"], batch_size=2, num_generations=2)})
+    steps = []
+    monkeypatch.setattr(bench, "_run_child", lambda name, s, w, **kw: steps.append((name, kw)) or {
+        "median_step_s": {"step_loop": 0.2, "step_engine": 0.1}[name]})
+    before = torch.get_num_threads()
+    try:
+        assert bench.main(["--sampler", "--steps", "1", "--warmup", "0", "--rounds", "2"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    out = capsys.readouterr().out
+    for workload in ("sums", "adder"):
+        assert f"{workload} (" in out
+    assert len([line for line in out.splitlines() if line.startswith(("  loop ", "  engine  "))]) == 4
+    assert out.count("  engine / loop ") == 2 and "step, engine / loop          median 0.50×" in out
+    assert sorted(steps) == [("step_engine", {"threads": 1, "workload": "sums"})] * 2 + [
+        ("step_loop", {"threads": 1, "workload": "sums"})] * 2
+    assert set(bench.CHILDREN) >= {"step_loop", "step_engine"}
