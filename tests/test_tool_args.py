@@ -235,6 +235,8 @@ def test_variants_names_a_bad_argument_before_the_race(capsys, no_race, argv, sa
 @pytest.mark.parametrize("argv, says", [
     (["--replay", "--json", "x.json"], "--json: --replay writes no file"),
     (["--step-ms", "--json", "x.json"], "--json: --step-ms writes no file"),
+    (["--sampler", "--json", "x.json"], "--json: --sampler writes no file"),
+    (["--replay", "--step-ms"], "--step-ms: cannot be combined with --replay"),
     (["--steps", "0"], "--steps"),
 ])
 def test_bench_names_a_bad_argument_before_the_run(capsys, no_bench, argv, says):

@@ -488,10 +488,14 @@ def main(argv=None):
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
         parser.error(f"--steps and --rounds must be ≥ 1, --warmup ≥ 0 (got --steps {args.steps}, --warmup "
                      f"{args.warmup}, --rounds {args.rounds}). Fix: e.g. --steps 20 --warmup 3 --rounds 5")
+    modes = [f"--{flag.replace('_', '-')}" for flag in ("replay", "sampler", "step_ms") if getattr(args, flag)]
+    if len(modes) > 1:                                # each returns before the others would run: one at a time
+        parser.error(f"{modes[1]}: cannot be combined with {modes[0]} (each is a measurement of its own). Fix: "
+                     "run them one after the other")
     if args.json and not args.child:                  # checked before the run: it must not end on a bad path
         from grpo_edu.common import _checks
 
-        for flag in ("replay", "step_ms"):
+        for flag in ("replay", "sampler", "step_ms"):
             if getattr(args, flag):
                 parser.error(f"--json: --{flag.replace('_', '-')} writes no file (it prints its numbers). Fix: drop "
                              "--json, or drop --" + flag.replace("_", "-"))
