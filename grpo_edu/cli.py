@@ -69,6 +69,11 @@ def _field_type(field):
     return args[0] if args else hint
 
 
+def _takes_none(field):
+    """True when a config field's type is ``X | None``: only then does the word ``none`` mean None."""
+    return type(None) in typing.get_args(typing.get_type_hints(GRPOConfig)[field.name])
+
+
 def _none_or(kind):
     def parse(text):
         return None if text.lower() == "none" else kind(text)
@@ -99,7 +104,8 @@ def _add_config_flags(parser):
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=text)
         else:
             metavar = "{" + ",".join(choices) + "}" if choices else kind.__name__.upper()
-            group.add_argument(flag, type=_none_or(kind), default=field.default, metavar=metavar, help=text)
+            parse = _none_or(kind) if _takes_none(field) else kind     # --scale none keeps the word
+            group.add_argument(flag, type=parse, default=field.default, metavar=metavar, help=text)
 
 
 def _add_preset_flag(parser):
@@ -167,6 +173,7 @@ def cmd_export(args):
     if args.output_dir is None:                    # the same defaults and checks as train, so that what
         args.output_dir = default_run_dir()        # train accepts exports, and what it refuses does not
     config = _config_from(args)
+    check_dataset(config.dataset)
     rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
     config.schedule(len(rows))                     # e.g. a batch larger than the dataset
     result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
@@ -189,15 +196,34 @@ class MetricsFile:
     """``--metrics-out``: opened at the first finished step, with the run's whole history.
 
     Nothing is touched before a step completes, so a resume that fails leaves the file as
-    it was; a resumed run writes the restored steps first, then its new ones.
+    it was; a resumed run writes the restored steps first, then its new ones. Unless ``replace``
+    (--resume, --overwrite) the file is created exclusively: one that another run created after
+    the checks is kept, and this run's metrics go beside it (NAME-2.jsonl, ...), said once.
     """
 
-    def __init__(self, path, trainer):
-        self.path, self.trainer, self.file = path, trainer, None
+    def __init__(self, path, trainer, *, replace=False):
+        self.path, self.trainer, self.file, self.replace = path, trainer, None, replace
+
+    def _open(self):
+        if self.replace:
+            return open(self.path, "w", encoding="utf-8")
+        path, n = Path(self.path), 1
+        while True:
+            try:
+                handle = open(path, "x", encoding="utf-8")
+            except FileExistsError:
+                n += 1
+                path = Path(self.path).with_name(f"{Path(self.path).stem}-{n}{Path(self.path).suffix}")
+                continue
+            if n > 1:
+                print(f"grpo-edu train: warning: --metrics-out: {self.path} appeared during the run (another "
+                      f"run's?): kept it; this run's metrics go to {path}", file=sys.stderr, flush=True)
+                self.path = str(path)
+            return handle
 
     def __call__(self, metrics):
         if self.file is None:
-            self.file = open(self.path, "w", encoding="utf-8")
+            self.file = self._open()
             rows = self.trainer.history          # already holds this step
         else:
             rows = [metrics]
@@ -210,10 +236,15 @@ class MetricsFile:
             self.file.close()
 
 
-def check_metrics_out(path, *, replace=False):
+def check_metrics_out(path, *, replace=False, inputs=()):
     """Refuse a ``--metrics-out`` that cannot be written, or that would silently replace another
-    run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``)."""
+    run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``), or a file
+    the run reads or keeps itself (``inputs``: {field: path}, e.g. the dataset or the replay buffer)."""
     path = Path(path)
+    for field, other in dict(inputs).items():
+        if other is not None and os.path.abspath(other) == os.path.abspath(path):
+            _fail("--metrics-out", f"{path} is also the run's {field}, which the metrics would overwrite",
+                  "write the metrics to a file of their own, e.g. metrics.jsonl")
     if path.is_dir():
         _fail("--metrics-out", f"{path} is a folder", "pass a file path, e.g. metrics.jsonl")
     folder = path.resolve().parent
@@ -233,6 +264,41 @@ def _fail(arg, problem, fix):
     _checks.fail(arg, problem, fix)
 
 
+def check_dataset(path):
+    """Refuse a ``--dataset`` that exists but is not a regular file, before the model loads: a folder, or a device
+    or pipe (reading /dev/zero would never end). A missing file is the prompt loader's to name (``source: no file
+    at ...``), which train and export both run before any model loads."""
+    import stat
+
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode                 # follows a link: what would be read
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        _fail("dataset", f"{path} is a folder", "name the prompt file inside it (.json, .jsonl or .csv)")
+    if not stat.S_ISREG(mode):
+        _fail("dataset", f"{path} is not a regular file (a device, a pipe, or a link to one), so reading it might "
+              "never end", "pass a .json, .jsonl or .csv file of prompts")
+
+
+def check_replay_file(path):
+    """Refuse a ``--replay-path`` that exists but is not a regular file (a device or a pipe behind a .jsonl name
+    would be read forever), before the model loads; a missing one is created by the run."""
+    import stat
+
+    if path is None or not os.path.lexists(path):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        _fail("replay_path", f"{path} is a link to nothing", "remove the broken link, or pass another file")
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):     # a folder is refused by the config, by name
+        _fail("replay_path", f"{path} is not a regular file (a device, a pipe, or a link to one)",
+              "pass a .jsonl or .sqlite file of your own, or leave --replay-path out to keep the buffer in memory")
+
+
 def cmd_train(args):
     from tqdm.auto import tqdm
 
@@ -243,7 +309,8 @@ def cmd_train(args):
         _fail("--overwrite", "cannot be combined with --resume",
               "resume a run (it keeps its checkpoints) or overwrite it, not both")
     if args.metrics_out:                          # every output path is checked before anything is deleted
-        check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite)
+        check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite,
+                          inputs={"dataset": args.dataset, "replay_path": args.replay_path})
     if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
         args.output_dir = default_run_dir()
     elif args.output_dir is None:                         # ...so its checks (e.g. --checkpoint-every) see that folder
@@ -253,11 +320,15 @@ def cmd_train(args):
         print(f"output_dir: not given, so this resumed run saves into {args.output_dir}, the folder it resumes",
               file=sys.stderr)
     config = _config_from(args)                    # every field checked before any model loads
-    if config.output_dir and not (args.resume or args.overwrite):
+    check_dataset(config.dataset)
+    check_replay_file(config.replay_path)
+    if config.output_dir:
         from grpo_edu.training import run_folder
 
         run_folder.check_output_dir(config.output_dir)
-        run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
+        run_folder.refuse_if_locked(config.output_dir)     # a live run writes there: refused, even with --overwrite
+        if not (args.resume or args.overwrite):
+            run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
 
     def show_eval(record):                         # printed as soon as it is measured
         when = "before training" if record["step"] == 0 else f"at step {record['step']}"
@@ -265,7 +336,8 @@ def cmd_train(args):
                    f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
 
     trainer = GRPOTrainer(config, eval_callbacks=[show_eval])
-    metrics_file = MetricsFile(args.metrics_out, trainer) if args.metrics_out else None
+    metrics_file = (MetricsFile(args.metrics_out, trainer, replace=bool(args.resume or args.overwrite))
+                    if args.metrics_out else None)
     if metrics_file:
         trainer.callbacks.append(metrics_file)
     sched = trainer.schedule

@@ -78,3 +78,79 @@ def test_the_reference_lesson_times_cover_every_lesson():
 def test_the_kernel_check_starts_a_real_kernel():
     check = doctor.check_kernel()
     assert check.ok, check.line()
+
+
+@pytest.fixture
+def assets_copy(tmp_path):
+    """The bundled models and their CHECKSUMS.json, copied: a folder each test may break."""
+    assets = tmp_path / "assets"
+    for folder in doctor.MODEL_FOLDERS:
+        shutil.copytree(ASSETS / folder, assets / folder)
+    shutil.copy(ASSETS / doctor.CHECKSUMS, assets / doctor.CHECKSUMS)
+    return assets
+
+
+@pytest.mark.parametrize("text, says", [
+    ("{not json", "is not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"tiny-sums/config.json": 5}', "must map each file to its SHA-256"),
+    ("{}", "records no checksums"),
+])
+def test_a_malformed_or_empty_checksum_file_is_a_clear_failure_not_a_traceback(assets_copy, text, says):
+    (assets_copy / doctor.CHECKSUMS).write_text(text, encoding="utf-8")
+    check = doctor.check_models(assets_copy)
+    assert not check.ok and says in check.detail and "CHECKSUMS.json" in check.detail
+    assert "record_checksums" in check.fix
+
+
+def test_a_checksum_file_that_leaves_out_a_model_file_fails_naming_it(assets_copy):
+    import json
+
+    recorded = json.loads((assets_copy / doctor.CHECKSUMS).read_text(encoding="utf-8"))
+    del recorded["tiny-sums/model.safetensors"]
+    (assets_copy / doctor.CHECKSUMS).write_text(json.dumps(recorded), encoding="utf-8")
+    check = doctor.check_models(assets_copy)
+    assert not check.ok and "records no checksum for tiny-sums/model.safetensors" in check.detail
+
+
+@pytest.mark.parametrize("entry", ["/dev/zero", "../../../../../../../../dev/zero", "tiny-sums", "link",
+                                   "../elsewhere.bin", "fifo"])
+def test_a_checksum_entry_that_is_not_a_file_inside_assets_is_refused_without_reading_it(assets_copy, entry):
+    import json
+    import os
+
+    if entry == "link":
+        os.symlink("/dev/zero", assets_copy / "link")             # inside assets, pointing out of it
+    if entry == "fifo":
+        os.mkfifo(assets_copy / "fifo")                           # inside assets: opening it waits for a writer
+    (assets_copy.parent / "elsewhere.bin").write_bytes(b"a regular file, but not the course's")
+    recorded = json.loads((assets_copy / doctor.CHECKSUMS).read_text(encoding="utf-8"))
+    recorded[entry] = "0" * 64
+    (assets_copy / doctor.CHECKSUMS).write_text(json.dumps(recorded), encoding="utf-8")
+    check = doctor.check_models(assets_copy)                      # before the fix: /dev/zero was hashed forever
+    assert not check.ok and entry in check.detail and "not a file inside" in check.detail
+
+
+def test_a_checksum_file_that_is_a_device_is_not_read(assets_copy):
+    import os
+
+    (assets_copy / doctor.CHECKSUMS).unlink()
+    os.symlink("/dev/zero", assets_copy / doctor.CHECKSUMS)      # read_text would fill the memory, then fail
+    check = doctor.check_models(assets_copy)
+    assert not check.ok and "is not a regular file" in check.detail
+
+
+def test_no_lessons_folder_is_not_ready(tmp_path, monkeypatch, capsys):
+    check = doctor.check_lessons(tmp_path / "nowhere")
+    assert not check.ok and "no lessons folder" in check.detail and "grpo-edu lessons" in check.fix
+    (tmp_path / "empty").mkdir()
+    assert not doctor.check_lessons(tmp_path / "empty").ok
+    shipped = len(list((ASSETS.parent / "lessons").glob("[0-9][0-9]*_*.ipynb")))
+    assert doctor.check_lessons().ok and f"{shipped} lessons" in doctor.check_lessons().detail
+    monkeypatch.setattr(doctor, "check_kernel", lambda: doctor.Check("notebook kernel", True, "stub"))
+    monkeypatch.setattr(doctor, "check_lessons", lambda: doctor.Check("lessons", False, "no lessons folder", "x"))
+    from grpo_edu.cli import main
+
+    assert main(["doctor", "--no-speed"]) == 1
+    out = capsys.readouterr().out
+    assert "✗ lessons: no lessons folder" in out and "ready for the lessons" not in out

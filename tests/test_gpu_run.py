@@ -43,3 +43,99 @@ def test_cuda_asked_for_without_cuda_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         gpu_run.main(["--device", "cuda"])
     assert "torch sees no CUDA device here; use --device cpu" in capsys.readouterr().err
+
+
+class _NoWork(Exception):
+    """Raised by a stand-in for the model build: reaching it means the checks let the run start."""
+
+
+@pytest.fixture
+def no_build(monkeypatch):
+    """The build that starts every run, replaced by one that only records that it was reached."""
+    from grpo_edu.training import make_model
+
+    reached = []
+
+    def build(model_dir, **kwargs):
+        reached.append(model_dir)
+        raise _NoWork(model_dir)
+    monkeypatch.setattr(make_model, "build_tiny_model", build)
+    return reached
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_folder_that_holds_a_model_is_refused_before_any_work_unless_overwrite(tmp_path, capsys, no_build, name):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / name).write_text("someone's model")
+    with pytest.raises(SystemExit) as exit_:
+        gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(folder)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and no_build == []
+    assert f"--out: {folder} already holds a model ({name})" in err and "--overwrite" in err
+    assert (folder / name).read_text() == "someone's model"
+    with pytest.raises(_NoWork):                                  # asked for: the run starts
+        gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(folder), "--overwrite"])
+    assert no_build == [str(folder)]
+
+
+def test_the_bundled_models_are_never_replaced_even_with_overwrite(capsys, no_build):
+    from grpo_edu.training.models import ASSETS
+
+    for extra in ([], ["--overwrite"]):
+        with pytest.raises(SystemExit):
+            gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(ASSETS / "tiny-sums"), *extra])
+        err = capsys.readouterr().err
+        assert "--out: " in err and "the course's bundled models" in err and "make_model" in err
+    assert no_build == []
+
+
+@pytest.mark.parametrize("case", ["file", "missing parent", "read-only parent"])
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch, capsys, no_build, case):
+    import os
+
+    if case == "file":
+        out = tmp_path / "afile"
+        out.write_text("x")
+        says = "is a file"
+    elif case == "missing parent":
+        out = tmp_path / "no" / "such" / "model"
+        with pytest.raises(_NoWork):                              # created when missing, as train's folder is
+            gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(out)])
+        assert no_build == [str(out)]
+        return
+    else:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        real = os.access                                          # root writes anywhere (CI runs as root): tell
+        monkeypatch.setattr(os, "access", lambda path, mode, **kw: (   # os.access what a user would be told
+            False if mode & os.W_OK and str(path).startswith(str(locked)) else real(path, mode, **kw)))
+        out = locked / "model"
+        says = "cannot create or write"
+    with pytest.raises(SystemExit):
+        gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(out)])
+    assert f"--out: {out} {says}" in capsys.readouterr().err and no_build == []
+
+
+def test_the_gpu_size_on_the_cpu_is_said_once_with_the_options(capsys, no_build):
+    with pytest.raises(_NoWork):
+        gpu_run.main(["--size", "gpu", "--device", "cpu", "--no-trl"])
+    err = capsys.readouterr().err
+    assert err.count("warning: --size gpu on the CPU") == 1
+    assert "--size tiny" in err and "--device cuda" in err
+
+
+def test_two_runs_into_one_out_folder_at_once_are_refused(tmp_path, capsys, no_build, live_writer):
+    folder = tmp_path / "model"
+    code = f"""
+        from grpo_edu.beyond import gpu_run
+        gpu_run.lock_out({str(folder)!r})
+    """
+    with live_writer(code) as pid:
+        with pytest.raises(SystemExit):
+            gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(folder)])
+        err = capsys.readouterr().err
+        assert f"--out: {folder} is being written by process {pid}" in err and no_build == []
+    with pytest.raises(_NoWork):                                  # its process is gone: the stale lock is taken over
+        gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(folder)])

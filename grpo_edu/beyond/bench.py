@@ -471,7 +471,9 @@ def main(argv=None):
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="adder",
                         help="adder: the bundled adder, ≤ 8 new tokens (default); sums: lesson 11's model that "
                              "writes its working, ≤ 42 new tokens, where generation is most of a step")
-    parser.add_argument("--json", metavar="FILE", help="also write every round's results as JSON")
+    parser.add_argument("--json", metavar="FILE", help="also write every round's results as JSON (an existing file "
+                                                       "is refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
     parser.add_argument("--replay", action="store_true",
                         help="time the replay buffer (add, sample at 10,000 samples) and a step at replay_ratio 0.3")
     parser.add_argument("--sampler", action="store_true",
@@ -484,7 +486,25 @@ def main(argv=None):
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
-        parser.error("--steps and --rounds must be ≥ 1, --warmup ≥ 0")
+        parser.error(f"--steps and --rounds must be ≥ 1, --warmup ≥ 0 (got --steps {args.steps}, --warmup "
+                     f"{args.warmup}, --rounds {args.rounds}). Fix: e.g. --steps 20 --warmup 3 --rounds 5")
+    modes = [f"--{flag.replace('_', '-')}" for flag in ("replay", "sampler", "step_ms") if getattr(args, flag)]
+    if len(modes) > 1:                                # each returns before the others would run: one at a time
+        parser.error(f"{modes[1]}: cannot be combined with {modes[0]} (each is a measurement of its own). Fix: "
+                     "run them one after the other")
+    if args.json and not args.child:                  # checked before the run: it must not end on a bad path
+        from grpo_edu.common import _checks
+
+        for flag in ("replay", "sampler", "step_ms"):
+            if getattr(args, flag):
+                parser.error(f"--json: --{flag.replace('_', '-')} writes no file (it prints its numbers). Fix: drop "
+                             "--json, or drop --" + flag.replace("_", "-"))
+        problem = _checks.output_file_problem(args.json, overwrite=args.overwrite)
+        if problem:
+            parser.error(f"--json: {problem[0]}. Fix: {problem[1]}")
+    elif args.overwrite:
+        parser.error("--overwrite: replaces the --json file, but no --json is given. Fix: drop --overwrite, or add "
+                     "--json FILE")
 
     if args.child:
         t0 = float(os.environ.get("GRPO_EDU_BENCH_T0", time.time()))
@@ -537,8 +557,13 @@ def main(argv=None):
                                                       for rnd in rounds], "goal < 1"))
     print(f"start → first step (grpo_edu): median {med('grpo_edu', 'first_step_s'):.2f} s")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"workload": args.workload, "settings": settings, "rounds": rounds}, f, indent=1)
+        from grpo_edu.common import _checks
+
+        written = _checks.write_result_file(args.json, json.dumps({"workload": args.workload, "settings": settings,
+                                                                   "rounds": rounds}, indent=1),
+                                            overwrite=args.overwrite)
+        if str(written) != args.json:
+            print(f"{args.json} appeared during the run (another bench?): kept it, and wrote {written}")
     return 0
 
 

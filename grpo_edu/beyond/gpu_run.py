@@ -40,6 +40,54 @@ WARM_UP = dict(task="sums", label_smoothing=0.0, max_positions=64, stop_metric="
 """The tiny-sums recipe (``assets/README.md``), shared by both sizes."""
 
 
+MODEL_FILES = ("model.safetensors", "config.json")
+"""Files that mark a folder as holding a model: ``--out`` refuses such a folder unless ``--overwrite``."""
+LOCK = ".grpo_edu.lock"
+"""The lock a run holds in its ``--out`` folder while it writes there (``grpo_edu.common.locks``)."""
+
+
+def check_out(parser, out, *, overwrite):
+    """Refuse an ``--out`` that would replace a model or cannot be written, before any work."""
+    from pathlib import Path
+
+    from grpo_edu.common import _checks
+    from grpo_edu.training.models import ASSETS
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        parser.error(f"--out: {out} is a file. Fix: pass a folder (it is created if missing)")
+    resolved = path.resolve()
+    if resolved == ASSETS or ASSETS in resolved.parents:
+        parser.error(f"--out: {out} is inside {ASSETS}, the course's bundled models, which the lessons and "
+                     "grpo-edu doctor check. Fix: pass a folder of your own; to rebuild a bundled model use "
+                     "python -m grpo_edu.training.make_model")
+    held = [name for name in MODEL_FILES if (path / name).exists()]
+    if held and not overwrite:
+        parser.error(f"--out: {out} already holds a model ({', '.join(held)}), which this run would replace. Fix: "
+                     "pass another folder, or --overwrite to replace it")
+    blocked = _checks.unwritable_folder(path)
+    if blocked is not None:
+        parser.error(f"--out: {out} cannot create or write ({blocked} is not a writable folder). Fix: pass a folder "
+                     "you can write to")
+
+
+def lock_out(out, parser=None):
+    """Hold ``out/.grpo_edu.lock`` while this run writes there: a second run into the same folder is refused."""
+    from pathlib import Path
+
+    from grpo_edu.common import locks
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        return locks.acquire(folder / LOCK, arg="--out", what=str(out), fix="wait for that run to finish, or pass "
+                             "another --out")
+    except ValueError as err:
+        if parser is None:
+            raise
+        parser.error(str(err).rstrip("."))
+
+
 def _peak_gib(torch, device):
     return torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
 
@@ -119,8 +167,13 @@ def main(argv=None):
     parser.add_argument("--size", choices=sorted(SIZES), default=None,
                         help="gpu (about 25 M parameters) or tiny (the CPU stand-in); default: gpu on CUDA, tiny on CPU")
     parser.add_argument("--no-trl", action="store_true", help="skip the TRL comparison")
-    parser.add_argument("--out", help="where to save the built model (default: a temporary folder)")
+    parser.add_argument("--out", help="where to save the built model (default: a temporary folder); a folder that "
+                                      "already holds a model is refused unless --overwrite")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let --out replace the model already in that folder (never a bundled model)")
     args = parser.parse_args(argv)
+    if args.out:                                              # before torch loads: nothing is replaced by surprise
+        check_out(parser, args.out, overwrite=args.overwrite)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")              # this run never downloads
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -133,11 +186,21 @@ def main(argv=None):
     if device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here; use --device cpu")
     size = args.size or ("gpu" if device == "cuda" else "tiny")
+    if size == "gpu" and device == "cpu":
+        build = SIZES["gpu"]["build"]
+        print(f"grpo_edu.beyond.gpu_run: warning: --size gpu on the CPU builds about 25 M parameters with up to "
+              f"{build['max_steps']} warm-up steps of {build['batch_size']} prompts: hours, not minutes. --size tiny "
+              "is the CPU stand-in; --device cuda runs the gpu size where there is a GPU", file=sys.stderr, flush=True)
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     print(f"device: {where}; size: {size}; nothing is downloaded", flush=True)
 
     start = time.perf_counter()
     model_dir = args.out or os.path.join(tempfile.mkdtemp(prefix="grpo_edu_gpu_run_"), "sums-model")
+    if args.out:
+        _, held = lock_out(args.out, parser)                  # a second run into this folder is refused
+        if held["took_over"]:
+            print(held["took_over"], file=sys.stderr)
+        check_out(parser, args.out, overwrite=args.overwrite)   # again, locked: a run that finished meanwhile
     made = build_tiny_model(model_dir, device=device, **WARM_UP, **SIZES[size]["build"])
     params = sum(t.numel() for t in load_file(os.path.join(model_dir, "model.safetensors")).values())
     print(f"1. built {model_dir}: {params:,} parameters, {made['warmup_steps']} warm-up steps in "

@@ -68,3 +68,49 @@ def unwritable_folder(folder):
     while not folder.exists():
         folder = folder.parent
     return None if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK) else folder
+
+
+def output_file_problem(path, *, overwrite=False, flag="--overwrite"):
+    """What stops a command from writing its result to the file ``path`` once its work is done, as
+    ``(problem, fix)``, or None: checked before the work, so an hour's run never ends on a path it
+    cannot write. An existing file is replaced only with ``overwrite``."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder", f"name a file inside it, e.g. {path / 'results.json'}"
+    if not path.parent.is_dir():
+        return (f"the folder of {path} does not exist",
+                f"create it first (mkdir -p {path.parent}), or write the file elsewhere")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{path} cannot be written", "pass a file in a folder you can write to"
+    if path.exists() and not overwrite:
+        return (f"{path} already exists (an earlier run's results?)",
+                f"pass another file name, or {flag} to replace it")
+    return None
+
+
+def write_result_file(path, text, *, overwrite=False):
+    """Write ``text`` to ``path`` and return the path written. With ``overwrite`` the old file is replaced whole
+    or not at all (a temporary file, then a rename). Without it a file that appeared meanwhile (another run,
+    checked before the work and finished first) is never replaced: the text goes beside it, as NAME-2.EXT, ..."""
+    import tempfile
+
+    path = Path(path)
+    if overwrite:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+    target, n = path, 1
+    while True:
+        try:
+            with open(target, "x", encoding="utf-8") as f:   # "x": fails if the name is taken, replaces nothing
+                f.write(text)
+            return target
+        except FileExistsError:
+            n += 1
+            target = path.with_name(f"{path.stem}-{n}{path.suffix}")

@@ -111,6 +111,18 @@ def acquire(path, *, arg, what, fix, error=ValueError, in_process="another write
                  error=error)
 
 
+def refuse_if_held(path, *, arg, what, fix, error=ValueError, in_process="another writer in this process"):
+    """Refuse now, in :func:`acquire`'s words, when a live process holds the lock ``path``; a missing or stale
+    lock passes (the writer that follows takes it over). For the checks made before any work: the lock itself
+    is taken later, once the work starts, and checked again then."""
+    path = Path(path)
+    data = holder(path)
+    if data is None or _is_stale(data, path):
+        return
+    _checks.fail(arg, f"{what} is being written by {describe_holder(data, in_process)}: its lock file {path} is held",
+                 f"{fix}; if no process is using it (e.g. a machine that crashed), delete {path}", error=error)
+
+
 def release(path, token):
     """Remove the lock file ``path`` if it is still the one ``token`` took."""
     path = Path(path)

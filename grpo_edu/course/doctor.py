@@ -7,6 +7,7 @@ The check a student runs before class and an instructor runs on a JupyterHub ima
 * PyTorch's version and build (CPU, CUDA with its GPU, or Apple's MPS);
 * ipywidgets and JupyterLab's widget support (the lessons' sliders);
 * a notebook kernel starts and runs a line (lessons are notebooks);
+* the lessons are there (an install without its ``lessons/`` has nothing to run);
 * the bundled models load, and their weights match the checksums recorded in ``assets/CHECKSUMS.json``;
 * a 20-step training run, timed: this machine's bench step, and from it each lesson's expected time
   (the README's measured times, scaled), against the 3-minute budget. Speed never fails the check.
@@ -125,6 +126,43 @@ def record_checksums(assets=None):
     return sums
 
 
+def _read_checksums(path):
+    """{file: SHA-256} from ``CHECKSUMS.json``, or the problem with it in words (a str)."""
+    if path.exists() and _regular_file_inside(path.parent, path.name) is None:
+        return f"{path} is not a regular file inside {path.parent} (so it was not read)"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{path} is missing or unreadable ({type(err).__name__})"
+    try:
+        recorded = json.loads(text)
+    except ValueError as err:
+        return f"{path} is not valid JSON ({err})"
+    if not isinstance(recorded, dict):
+        return f"{path} must be a JSON object {{file: SHA-256}}, but holds a {type(recorded).__name__}"
+    wrong = [name for name, digest in recorded.items() if not (isinstance(digest, str) and len(digest) == 64)]
+    if wrong:
+        return f"{path} must map each file to its SHA-256 (64 hex digits), but {wrong[0]} is {recorded[wrong[0]]!r}"
+    if not recorded:
+        return f"{path} records no checksums, so nothing would be checked"
+    return recorded
+
+
+def _regular_file_inside(assets, name):
+    """``assets / name`` when it is a regular file inside ``assets`` (links resolved), else None: an entry naming a
+    device, a folder or a file elsewhere is never opened (hashing /dev/zero would never end)."""
+    import os
+    import stat
+
+    path = (assets / name).resolve()
+    if assets.resolve() not in path.parents:
+        return None
+    try:
+        return path if stat.S_ISREG(os.stat(path).st_mode) else None
+    except OSError:
+        return None
+
+
 def check_models(assets=None):
     """Every bundled model file matches its recorded SHA-256, and every model loads."""
     from grpo_edu.training.models import ASSETS, load_model_and_tokenizer
@@ -132,12 +170,21 @@ def check_models(assets=None):
     assets = assets or ASSETS
     fix = "reinstall the course (README); if you rebuilt a model on purpose, record it with " \
           "python -c 'from grpo_edu.course.doctor import record_checksums; record_checksums()'"
-    try:
-        recorded = json.loads((assets / CHECKSUMS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Check("bundled models", False, f"{assets / CHECKSUMS} is missing or unreadable", fix)
+    recorded = _read_checksums(assets / CHECKSUMS)
+    if isinstance(recorded, str):
+        return Check("bundled models", False, recorded, fix)
+    unrecorded = [f"{folder}/{name}" for folder in MODEL_FOLDERS for name in CHECKED_FILES
+                  if f"{folder}/{name}" not in recorded]
+    if unrecorded:
+        return Check("bundled models", False, f"{assets / CHECKSUMS} records no checksum for "
+                                              f"{', '.join(unrecorded)}", fix)
+    outside = [name for name in recorded if _regular_file_inside(assets, name) is None
+               and (assets / name).exists()]
+    if outside:
+        return Check("bundled models", False, f"{assets / CHECKSUMS} names {', '.join(outside)}, which is not a file "
+                                              f"inside {assets} (so it was not read)", fix)
     bad = [name for name, digest in recorded.items()
-           if not (assets / name).exists() or sha256(assets / name) != digest]
+           if _regular_file_inside(assets, name) is None or sha256(assets / name) != digest]
     if bad:
         return Check("bundled models", False, f"{', '.join(bad)} differ from the recorded checksums (damaged or "
                                               "changed)", fix)
@@ -147,6 +194,22 @@ def check_models(assets=None):
         except Exception as err:                               # noqa: BLE001 - report, do not crash
             return Check("bundled models", False, f"{folder} does not load ({type(err).__name__}: {err})", fix)
     return Check("bundled models", True, f"{len(MODEL_FOLDERS)} models load; {len(recorded)} files match their checksums")
+
+
+def check_lessons(folder=None):
+    """The course's lesson notebooks are there (an install without them has nothing to run)."""
+    from pathlib import Path
+
+    from grpo_edu.course.copy_lessons import lessons_dir
+
+    folder = Path(folder) if folder is not None else lessons_dir()
+    fix = "reinstall the course (README), then copy the lessons into a folder of your own with grpo-edu lessons DIR"
+    if not folder.is_dir():
+        return Check("lessons", False, f"no lessons folder at {folder}", fix)
+    notebooks = sorted(folder.glob("[0-9][0-9]*_*.ipynb"))
+    if not notebooks:
+        return Check("lessons", False, f"{folder} holds no lesson notebooks", fix)
+    return Check("lessons", True, f"{len(notebooks)} lessons in {folder}")
 
 
 def expected_lesson_times(step_ms):
@@ -171,7 +234,7 @@ def check_speed(steps=20, measure=None):
 
 def doctor(*, kernel=True, speed=True):
     """Run every check: ``(checks, info)``; ``info["ok"]`` is False when anything would stop a lesson."""
-    checks = [check_python(), check_torch(), check_widgets()]
+    checks = [check_python(), check_torch(), check_widgets(), check_lessons()]
     if kernel:
         checks.append(check_kernel())
     if checks[1].ok:

@@ -282,6 +282,11 @@ def main(argv=None):
         parser.error(f"--step-ms: is {args.step_ms:g}. Fix: give grpo-edu bench's step in ms, e.g. 80")
     if args.workers is not None and args.workers < 0:
         parser.error(f"--workers: is {args.workers}. Fix: give 0 (one process) or more")
+    cpus = available_cpus()
+    if args.workers is not None and args.workers > cpus:      # each worker is a process: 100000 would never start
+        print(f"grpo-edu lesson-times: --workers: {args.workers} is more than the {cpus} CPU(s) this process may use, "
+              f"and lessons sharing a core would time each other; runs {cpus} side by side", file=sys.stderr)
+        args.workers = cpus
     step = args.step_ms
     if step is None:
         from grpo_edu.beyond.bench import step_ms

@@ -349,17 +349,47 @@ def format_table(results):
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
 
 
+def _check_args(parser, args):
+    """Every argument, before the race (a 20-minute race must not end on a bad --json path)."""
+    from grpo_edu.common import _checks
+
+    seeds = args.seeds if args.seeds is not None else [0]
+    for seed in seeds:
+        if seed < 0:
+            parser.error(f"--seeds: {seed} is negative. Fix: give seeds of 0 or more, e.g. --seeds 0 1 2")
+    for flag, values in (("--seeds", seeds), ("--variants", args.variants)):
+        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if twice:
+            parser.error(f"{flag}: {twice[0]} is given twice, so its runs would be counted twice. Fix: give each once")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps: is {args.steps}. Fix: give 1 or more (default {COMMON['total_training_steps']})")
+    if args.time and args.json:
+        parser.error("--json: --time writes no file (it prints each variant's step time). Fix: drop --json, or "
+                     "drop --time to race and write the rows")
+    if args.time and args.seeds is not None:
+        parser.error("--seeds: --time times seed 0 only. Fix: drop --seeds, or drop --time to race over seeds")
+    if args.overwrite and not args.json:
+        parser.error("--overwrite: replaces the --json file, but no --json is given. Fix: drop --overwrite, or "
+                     "add --json FILE")
+    if args.json:
+        problem = _checks.output_file_problem(args.json, overwrite=args.overwrite)
+        if problem:
+            parser.error(f"--json: {problem[0]}. Fix: {problem[1]}")
+    args.seeds = seeds
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="grpo-edu variants", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="default: 0")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--steps", type=int, default=None, help=f"default {COMMON['total_training_steps']}")
-    parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON")
+    parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON (an existing file is "
+                                                       "refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
     parser.add_argument("--time", action="store_true",
                         help="instead of the race, time each variant's training step (seed 0, no evaluation)")
     args = parser.parse_args(argv)
-    if args.steps is not None and args.steps < 1:
-        parser.error("--steps must be ≥ 1")
+    _check_args(parser, args)
     if args.time:
         rows = step_times(args.variants, steps=args.steps or 6)
         for name, row in rows.items():
@@ -380,8 +410,11 @@ def main(argv=None):
         stored = {"command": "grpo-edu variants " + " ".join(sys.argv[1:] if argv is None else argv),
                   "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
                   "results": results}
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(stored, f, indent=1)
+        from grpo_edu.common import _checks
+
+        written = _checks.write_result_file(args.json, json.dumps(stored, indent=1), overwrite=args.overwrite)
+        if str(written) != args.json:
+            print(f"{args.json} appeared during the race (another run?): kept it, and wrote {written}")
     return 0
 
 

@@ -39,12 +39,47 @@ CHOICES = {
 }
 """The allowed values of the choice fields (``task`` takes a name from ``grpo_edu.training.tasks.TASKS``)."""
 
+LIMITS = {
+    "learning_rate": (0.0, 0.1, "AdamW moves every weight by about the learning rate each step, so at 1 the bundled "
+                      "model's weights overflow within a few steps", "LLMs take 5e-6–2e-5, the bundled models 3e-4"),
+    "temperature": (0.01, 100.0, "rollouts divide the logits by τ, so a τ near 0 overflows them to ∞ and a huge one "
+                    "samples uniform noise", "1.0 is usual, 0.3–1.5 the common range"),
+    "sapo_temperature_pos": (0.01, 100.0, "SAPO's gate weighs the loss by 4/τ, which a τ near 0 makes ∞ (and a huge "
+                             "τ overflows)", "1.0 is TRL's default"),
+    "sapo_temperature_neg": (0.01, 100.0, "SAPO's gate weighs the loss by 4/τ, which a τ near 0 makes ∞ (and a huge "
+                             "τ overflows)", "1.05 is TRL's default"),
+    "entropy_coef": (0.0, 10.0, "the bonus −c·entropy would outweigh the policy term thousands of times and c = 1e308 "
+                     "overflows the loss", "TRL and verl use 0.001–0.01; lesson 11 tries up to 1.0"),
+    "beta": (0.0, 1000.0, "the KL term β·KL overflows the loss long before that", "0.04 (DeepSeekMath) or 0 (TRL)"),
+    "epsilon_high": (0.0, 100.0, "the upper clip 1 + ε_high (CISPO: the cap ε_high) binds nowhere long before "
+                     "that, and past float32's range (3.4e38) it breaks the loss mid-run",
+                     "0.28 for DAPO's clip-higher, 5.0 for CISPO"),
+    "importance_sampling_cap": (1.0, 100.0, "the cap binds nowhere long before that, and past float32's range "
+                                "(3.4e38) it breaks the step mid-run (a cap below 1 would shrink even the tokens "
+                                "the sampler got exactly right)",
+                                "3.0 is TRL's default"),
+}
+"""Sane ranges of the float fields that would otherwise be accepted and fail mid-run (an overflow, or NaN weights
+blamed on a damaged model): {field: (lowest, highest, why, the usual value)}. Whether 0 itself is allowed is
+checked before (learning_rate, epsilon_high: no; beta, entropy_coef: yes)."""
+
+MAX_SEED = 2 ** 32 - 1
+"""The largest ``seed``: the trainer seeds a generator with seed × 1,000,003 + step, which must fit 64 bits."""
+
 # fields that may differ when a run is resumed: they do not change what a step computes
 # (a new length changes the linear schedule's learning rate from the resumed step on: the
 # trainer warns when that happens; a new replay_path starts from the buffer the checkpoint holds;
 # a new sampler draws from the same distribution with other random numbers)
 RESUMABLE_CHANGES = ("total_training_steps", "total_epochs", "output_dir", "checkpoint_every",
                      "eval_size", "eval_every", "device", "gradient_checkpointing", "replay_path", "sampler")
+
+
+def _in_range(name, value, lowest, highest, why, usual):
+    """Refuse a finite value that is absurd for ``name`` (see :data:`LIMITS`), naming the range and why."""
+    if not lowest <= value <= highest:
+        bound = f"≤ {highest:g}" if value > highest else f"≥ {lowest:g}"
+        span = f"from {lowest:g} to {highest:g}" if lowest else f"up to {highest:g}"
+        _checks.fail(name, f"must be {bound}, got {value!r}: {why}", f"pass a value {span}; {usual}")
 
 
 @dataclass(frozen=True)
@@ -193,12 +228,16 @@ class GRPOConfig:
             _checks.positive_float(name, getattr(self, name))
         for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
+        for name, limits in LIMITS.items():
+            if getattr(self, name) is not None and name != "importance_sampling_cap":
+                _in_range(name, getattr(self, name), *limits)
         if self.epsilon >= 1:
             _checks.fail("epsilon", f"must be below 1, got {self.epsilon!r}: the lower clip bound 1 − ε would be ≤ 0",
                          "pass a clip range in (0, 1), usually 0.2")
         if self.epsilon_high is not None:
             _checks.positive_float("epsilon_high", self.epsilon_high)
-            if self.epsilon_high < self.epsilon:
+            _in_range("epsilon_high", self.epsilon_high, *LIMITS["epsilon_high"])
+            if self.epsilon_high < self.epsilon and self.loss_type != "sapo":
                 warnings.warn(f"epsilon_high: {self.epsilon_high} is below epsilon {self.epsilon}, so the upper clip "
                               "is tighter than the lower one; DAPO's clip-higher uses epsilon_high > epsilon "
                               "(0.28 with 0.2)", stacklevel=3)
@@ -208,6 +247,10 @@ class GRPOConfig:
                 _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
         for name in ("seed", "eval_size", "eval_every", "checkpoint_every"):
             _checks.positive_int(name, getattr(self, name), minimum=0)
+        if self.seed > MAX_SEED:                   # seed × 1,000,003 + step must fit torch's 64-bit generator seed
+            _checks.fail("seed", f"must be ≤ {MAX_SEED} (2**32 − 1), got {self.seed}: the run derives each step's "
+                         "generator seed from it, and a larger one overflows torch's 64-bit seed mid-run",
+                         "pass a seed from 0 to 4294967295, e.g. 0")
         for name, allowed in CHOICES.items():
             _checks.choice(name, getattr(self, name), allowed)
         self._check_variant()
@@ -228,6 +271,12 @@ class GRPOConfig:
         from grpo_edu.core.losses import check_cispo_cap
 
         check_cispo_cap(self.loss_type, self.epsilon_high)
+        if self.importance_sampling_cap < 1:
+            _checks.fail("importance_sampling_cap", f"is {self.importance_sampling_cap!r}, below 1: the weights "
+                         "min(π_θold / π_sampler, cap) would shrink even the tokens the sampler got exactly right "
+                         "(weight 1)", "pass a cap ≥ 1 (3.0 is TRL's default)")
+        _in_range("importance_sampling_cap", self.importance_sampling_cap, *LIMITS["importance_sampling_cap"])
+        self._warn_unused()
         if self.importance_sampling_correction and self.replay_ratio > 0:
             _checks.fail("importance_sampling_correction", "cannot weigh replayed answers: no sampler of this step "
                          "gave their log-probs", "use it with replay_ratio=0")
@@ -241,6 +290,32 @@ class GRPOConfig:
             warnings.warn(f"epsilon: {self.epsilon} clips GSPO's sequence ratio, a geometric mean over every token, "
                           "which moves far less than one token's ratio; the GSPO paper clips at 3e-4 (epsilon) and "
                           "4e-4 (epsilon_high), and at 0.2 the clip will rarely bind", stacklevel=4)
+
+    def _warn_unused(self):
+        """Settings that do nothing with the others given: said once, since the run is still the one asked for."""
+        default = {f.name: f.default for f in fields(self)}
+        unused = []
+        if self.max_sampling_rounds != default["max_sampling_rounds"] and not self.dynamic_sampling:
+            unused.append(f"max_sampling_rounds={self.max_sampling_rounds} caps dynamic sampling's rounds, but "
+                          "dynamic_sampling is off; pass dynamic_sampling=True, or leave max_sampling_rounds out")
+        if self.importance_sampling_correction and self.sampling_dtype == "float32":
+            unused.append("importance_sampling_correction weighs the tokens of a sampler that is not the trainer, but "
+                          "with sampling_dtype='float32' the sampler is the trainer: every weight is about 1 and the "
+                          "correction costs an extra forward pass; pass sampling_dtype='bfloat16' (a sampler that "
+                          "differs, as vLLM in bf16 does), or leave importance_sampling_correction off")
+        if (self.importance_sampling_cap != default["importance_sampling_cap"]
+                and not self.importance_sampling_correction):
+            unused.append(f"importance_sampling_cap={self.importance_sampling_cap:g} caps the sampler weights, but "
+                          "importance_sampling_correction is off; turn it on, or leave importance_sampling_cap out")
+        if self.loss_type == "sapo" and self.epsilon_high is not None:
+            unused.append(f"epsilon_high={self.epsilon_high:g} is ignored by loss_type='sapo', whose soft gate "
+                          "replaces the clip (sapo_temperature_pos/neg set its width); leave epsilon_high out")
+        for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+            if getattr(self, name) != default[name] and self.loss_type != "sapo":
+                unused.append(f"{name}={getattr(self, name):g} sets SAPO's gate, but loss_type is "
+                              f"{self.loss_type!r}; pass loss_type='sapo', or leave {name} out")
+        for text in unused:
+            warnings.warn(text, stacklevel=5)
 
     def _check_replay(self):
         from grpo_edu.training.replay import check_path, check_replay_ratio, warn_unadvised_ratio

@@ -51,6 +51,14 @@ def acquire_lock(output_dir):
                                     "it right now (from a callback or a thread)")
 
 
+def refuse_if_locked(output_dir):
+    """Refuse, before any work, a folder another live run is writing into (its lock is held)."""
+    folder = Path(output_dir)
+    locks.refuse_if_held(folder / LOCK, arg="output_dir", what=str(folder),
+                         fix="wait for that run to finish, or pass another output_dir", error=CheckpointError,
+                         in_process="another GRPOTrainer in this Python process")
+
+
 def release_lock(output_dir, token):
     """Remove the lock if it is still the one ``token`` took."""
     locks.release(Path(output_dir) / LOCK, token)
