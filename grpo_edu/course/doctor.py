@@ -10,7 +10,7 @@ The check a student runs before class and an instructor runs on a JupyterHub ima
 * the lessons are there (an install without its ``lessons/`` has nothing to run);
 * the bundled models load, and their weights match the checksums recorded in ``assets/CHECKSUMS.json``;
 * a 20-step training run, timed: this machine's bench step, and from it each lesson's expected time
-  (the README's measured times, scaled), against the 3-minute budget. Speed never fails the check.
+  (docs/lesson-times.md, scaled), against the 3-minute budget. Speed never fails the check.
 """
 
 import hashlib
@@ -33,7 +33,7 @@ REFERENCE_TIMES_S = {
     "11_long_answers": 63.8, "12_variants": 36.0,
 }
 """Each lesson's time under the README's test command on the project's 2-core CPU, where the bench step read
-35.0 ms (the README's lesson-time table). A machine whose step is s ms takes about s / 35 times as long.
+35.0 ms. A machine whose step is s ms takes about s / 35 times as long.
 Lesson 08 trains 600 steps since; its 40 s is its 54 s in a later run scaled by that run's lesson 05 (70.8 s
 against 51.7 here), the host having been slower than its bench step said. Lessons 09 and 09b (the clinic split
 in two) are their 48.7 and 38.9 s at a 37.1 ms bench step, scaled to 35 ms."""
