@@ -142,6 +142,21 @@ def test_every_lesson_opens_with_its_chinese_summary_and_key_terms(lesson):
     assert "群体相对" not in opening, "GRPO is 组相对策略优化"
 
 
+@pytest.mark.parametrize("lesson", sorted(p.stem for p in (ROOT / "lessons").glob("*.ipynb")))
+def test_every_lesson_closes_with_a_chinese_summary_and_is_saved_as_jupyterlab_saves_it(lesson):
+    import json
+
+    nb = json.loads((ROOT / "lessons" / f"{lesson}.ipynb").read_text(encoding="utf-8"))
+    markdown = ["".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "markdown"]
+    closing = next((text for text in reversed(markdown) if "中文小结" in text), None)
+    assert closing is not None and markdown.index(closing) >= len(markdown) - 2, \
+        f"{lesson}: its last markdown cells need a 中文小结"
+    assert len(re.findall(r"[\u4e00-\u9fff]", closing)) >= 60, f"{lesson}: the 中文小结 is a few sentences"
+    # JupyterLab writes this display name on save: a lesson stored with another one changes when opened
+    assert nb["metadata"]["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                            "name": "python3"}, lesson
+
+
 def test_every_faq_link_points_at_a_lesson_heading_that_exists():
     import json
 
