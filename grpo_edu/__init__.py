@@ -49,7 +49,7 @@ checks every import in the source):
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
 
 ``course/`` — the course's own machinery: what the lessons show and check
-    ``viz``/``widgets`` matplotlib figures and ipywidgets panels for the lessons
+    ``viz``/``widgets`` matplotlib figures (``viz_runs``: the training runs' figures) and ipywidgets panels
     ``exercises``       check an exercise, reveal a prediction (``exercise_bank`` holds them all)
     ``exercise_bank``   every lesson's exercises, each with the call that answers it
     ``exercise_solutions`` those calls: the library asked for each answer, and the code exercises' references

@@ -322,7 +322,9 @@ def test_live_plot_redraws_every_k_steps_in_place(monkeypatch):
         shown.append((figure, handle))
         return "handle"
 
-    monkeypatch.setattr(viz, "_show_in_place", fake_show)
+    from grpo_edu.course import viz_runs
+
+    monkeypatch.setattr(viz_runs, "_show_in_place", fake_show)   # LivePlot lives there; viz re-exports it
     evals = [{"step": 0, "accuracy": 0.5}]
     live = viz.LivePlot(every=10, evals=evals)
     for m in _fake_history(25):

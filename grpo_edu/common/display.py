@@ -98,3 +98,13 @@ def moving_average(values, window):
     sums = np.cumsum(np.insert(values, 0, 0.0))
     counts = np.minimum(np.arange(1, len(values) + 1), window)
     return (sums[1:] - sums[np.arange(1, len(values) + 1) - counts]) / counts
+
+
+def axes_or_new(ax, figsize):
+    """(figure, axes): the caller's axes, or a new one-panel Figure (matplotlib loads only here)."""
+    if ax is not None:
+        return ax.figure, ax
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
