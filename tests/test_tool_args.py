@@ -285,3 +285,14 @@ def test_a_metrics_file_another_run_created_after_the_checks_is_kept(tmp_path, c
     assert target.read_text() == "the other run's metrics\n"
     assert (tmp_path / "m-2.jsonl").read_text() == '{"step": 1}\n'
     assert "kept it; this run's metrics go to" in capsys.readouterr().err
+
+
+def test_a_result_file_is_replaced_only_with_overwrite_and_never_half_written(tmp_path):
+    from grpo_edu.common import _checks
+
+    path = tmp_path / "race.json"
+    assert _checks.write_result_file(path, "first") == path and path.read_text() == "first"
+    assert _checks.write_result_file(path, "second") == tmp_path / "race-2.json"      # the first run's file is kept
+    assert path.read_text() == "first" and (tmp_path / "race-2.json").read_text() == "second"
+    assert _checks.write_result_file(path, "third", overwrite=True) == path and path.read_text() == "third"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["race-2.json", "race.json"]  # no temporary file left

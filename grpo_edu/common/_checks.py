@@ -90,26 +90,18 @@ def output_file_problem(path, *, overwrite=False, flag="--overwrite"):
 
 def write_result_file(path, text, *, overwrite=False):
     """Write ``text`` to ``path`` and return the path written. With ``overwrite`` the old file is replaced whole
-    or not at all (a temporary file, then a rename). Without it a file that appeared meanwhile (another run,
+    or not at all (``safe_files.replace_atomically``). Without it a file that appeared meanwhile (another run,
     checked before the work and finished first) is never replaced: the text goes beside it, as NAME-2.EXT, ..."""
-    import tempfile
+    from grpo_edu.common.safe_files import create_new, replace_atomically
 
-    path = Path(path)
+    path, data = Path(path), text.encode("utf-8")
     if overwrite:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        replace_atomically(path, data)
         return path
     target, n = path, 1
     while True:
         try:
-            with open(target, "x", encoding="utf-8") as f:   # "x": fails if the name is taken, replaces nothing
-                f.write(text)
+            create_new(target, data)                       # O_EXCL: fails if the name is taken, replaces nothing
             return target
         except FileExistsError:
             n += 1

@@ -229,7 +229,7 @@ class GRPOConfig:
         for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
         for name, limits in LIMITS.items():
-            if getattr(self, name) is not None and name != "importance_sampling_cap":
+            if name not in ("epsilon_high", "importance_sampling_cap"):   # these two are checked below, in context
                 _in_range(name, getattr(self, name), *limits)
         if self.epsilon >= 1:
             _checks.fail("epsilon", f"must be below 1, got {self.epsilon!r}: the lower clip bound 1 − ε would be ≤ 0",
