@@ -38,6 +38,9 @@ class Rollout:
     completions: list
     """The N decoded completions, without special tokens."""
     entropy: torch.Tensor | None = None   # (N, T) H(π(·|q, o_<t)) at each token, 0 after EOS; generate(with_entropy=True)
+    tool_mask: torch.Tensor | None = None  # (N, T) 1 on tokens the model wrote, 0 on a tool's reply (TRL); multi_turn
+    tool_calls: list | None = None         # N calls per completion (multi_turn.generate_with_tools)
+    tool_failures: list | None = None      # N failed calls per completion
 
     @property
     def input_ids(self):           # (N, P + T)

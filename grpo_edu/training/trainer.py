@@ -55,7 +55,7 @@ from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training import checkpoint as ckpt, engine, run_folder
+from grpo_edu.training import checkpoint as ckpt, engine, multi_turn, run_folder
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.evaluation import evaluate_run
 from grpo_edu.training.models import load_model_and_tokenizer, pick_device
@@ -74,6 +74,7 @@ from grpo_edu.training.rollout import (
     token_lists,
 )
 from grpo_edu.training.tasks import get_task, load_prompts
+from grpo_edu.training.tools import Tool, loss_mask, tool_stats
 
 
 class GRPOTrainer:
@@ -89,7 +90,8 @@ class GRPOTrainer:
     """
 
     def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
-                 reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None):
+                 reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None,
+                 tool=None):
         self.config = config = config or GRPOConfig()
         self.task = task if task is not None else get_task(config.task)   # its checker scores "accuracy"
         source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
@@ -139,6 +141,7 @@ class GRPOTrainer:
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self._check_prompts_fit()                                      # unreadable or too long prompts fail now
+        self.tool = self._checked_tool(tool)                           # a syntax the tokenizer cannot write fails now
         self.model.train()
         # π_ref: a frozen copy of the starting policy, only needed for the KL term
         self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
@@ -162,6 +165,20 @@ class GRPOTrainer:
             if rows:
                 check_prompts(self.tokenizer, [r["prompt"] for r in rows], max_new_tokens=c.max_completion_length,
                               context=context, where=where)
+
+    def _checked_tool(self, tool):
+        """A tool for multi-turn rollouts (``tools.Tool``), checked against the tokenizer; None without one."""
+        if tool is None:
+            return None
+        if not isinstance(tool, Tool):
+            _checks.fail("tool", f"is a {type(tool).__name__}, not a grpo_edu Tool",
+                         "wrap the function: Tool(function=my_tool, call_start='[', call_end=']')")
+        c = self.config
+        if c.replay_ratio or c.dynamic_sampling:
+            _checks.fail("tool", "cannot be combined with replay or dynamic sampling yet (their rows carry no "
+                         "tool mask)", "set replay_ratio=0 and dynamic_sampling=False, or train without the tool")
+        tool.check_tokenizer(self.tokenizer)
+        return tool
 
     def _checked_eval_rows(self, eval_rows):
         if eval_rows is None:
@@ -251,6 +268,8 @@ class GRPOTrainer:
         self.model.eval()
         with self._autocast(sampling=True):
             sample = engine.generate if c.sampler == "engine" else generate
+            if self.tool is not None:                                  # multi-turn: the model may call the tool
+                sample = lambda *args, **kw: multi_turn.generate_with_tools(*args, self.tool, **kw)   # noqa: E731
             rollout = sample(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
                              max_new_tokens=c.max_completion_length, temperature=c.temperature,
                              generator=self.generator)
@@ -369,7 +388,7 @@ class GRPOTrainer:
         c = self.config
         input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
         N, T = rollout.completion_ids.shape
-        train_mask = rollout.completion_mask                                          # (N, T)
+        train_mask = loss_mask(rollout.completion_mask, rollout.tool_mask)            # (N, T) without tool tokens
         if c.mask_truncated_completions:                                              # cut answers: no gradient
             train_mask = train_mask * finished(rollout, self.tokenizer.eos_token_id).unsqueeze(1).to(train_mask.dtype)
         step_tokens = train_mask.sum()
@@ -458,6 +477,7 @@ class GRPOTrainer:
             **lengths,                                    # mean/min/max length, right and wrong; truncated share
             "grad_norm": update["grad_norm"],
             **{k: v for k, v in update.items() if k.startswith("sampler_")},   # a sampler that is not the trainer
+            **(tool_stats(rollout) if rollout.tool_calls is not None else {}),  # tools/call_frequency, …
         }
 
     # --- the whole run -------------------------------------------------------------------
