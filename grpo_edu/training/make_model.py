@@ -73,7 +73,9 @@ def encode_for_warmup(tokenizer, rows: list[dict]):
     """Token ids and labels for teacher forcing: ``<bos> prompt answer <eos>``, right-padded.
 
     Labels are -100 (ignored by the loss) on ``<bos>``, the prompt and the padding, so the
-    model learns to *answer* and to stop, not to write prompts.
+    model learns to *answer* and to stop, not to write prompts. A row with an ``answer_mask`` (one 0/1 per
+    answer character, the character tokenizer's one token each) has its 0 characters left out as well:
+    a tool's reply in a demonstration is the tool's to write, not the model's (``calc``).
     Returns ``input_ids, labels``, both ``(R, L)`` with R rows, L the longest sequence.
     """
     import torch
@@ -82,9 +84,10 @@ def encode_for_warmup(tokenizer, rows: list[dict]):
     for row in rows:
         prompt = tokenizer(row["prompt"])["input_ids"]  # <bos> first
         answer = tokenizer(row["answer"], add_special_tokens=False)["input_ids"]
+        keep = list(row.get("answer_mask") or [1] * len(answer)) + [1]   # <eos> is always the model's
         answer = answer + [tokenizer.eos_token_id]
         sequences.append(prompt + answer)
-        labels.append([-100] * len(prompt) + answer)
+        labels.append([-100] * len(prompt) + [a if k else -100 for a, k in zip(answer, keep)])
     length = max(len(s) for s in sequences)
     input_ids = torch.full((len(rows), length), tokenizer.pad_token_id)  # (R, L)
     target = torch.full((len(rows), length), -100)  # (R, L)
@@ -203,6 +206,10 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
     attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
 
     def check_accuracy(m):   # the mean over the tasks, greedy (all held-out prompts) or sampled (the first few)
+        if any(getattr(t, "uses_calculator", False) for t in tasks):   # calc: the calculator in the loop
+            return sum(_tool_accuracy(m, tokenizer, heldout[t.name] if stop_metric == "greedy" else
+                                      heldout[t.name][:check_prompts], t, stop_metric, max_new_tokens)
+                       for t in tasks) / len(tasks)
         if stop_metric == "greedy":
             return sum(evaluate_accuracy(m, tokenizer, heldout[t.name], t, temperature=0,
                                          max_new_tokens=max_new_tokens) for t in tasks) / len(tasks)
@@ -285,7 +292,19 @@ def _demonstrations(task, worked_fraction, seed) -> list[dict]:
     if worked_fraction == -1.0:
         return rows
     pick = random.Random(seed)
-    return [dict(row, answer=task.demonstration(row, pick.random() < worked_fraction)) for row in rows]
+    shown = [dict(row, answer=task.demonstration(row, pick.random() < worked_fraction)) for row in rows]
+    if hasattr(task, "demonstration_mask"):            # a tool's reply inside the demonstration: not a label
+        shown = [dict(row, answer_mask=task.demonstration_mask(row["answer"])) for row in shown]
+    return shown
+
+
+def _tool_accuracy(model, tokenizer, rows, task, stop_metric, max_new_tokens):
+    """Held-out accuracy of a task answered with the calculator in the loop (``multi_turn``)."""
+    from grpo_edu.training.multi_turn import evaluate_with_tools
+    from grpo_edu.training.tools import Tool
+
+    return evaluate_with_tools(model, tokenizer, rows, task, Tool(), temperature=0 if stop_metric == "greedy" else 1.0,
+                               max_new_tokens=max_new_tokens)["accuracy"]
 
 
 def _finish(summary, history, timing) -> dict:
@@ -299,6 +318,8 @@ def _finish(summary, history, timing) -> dict:
 def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens) -> dict:
     """The numbers the README and the lessons quote about the starting policy."""
     sampling = dict(seed=0, max_new_tokens=max_new_tokens)
+    if getattr(task, "uses_calculator", False):
+        return _measure_with_tool(model, tokenizer, heldout_rows, task, eval_samples, sampling)
     texts, stopped = sample_completions(model, tokenizer, [r["prompt"] for r in heldout_rows],
                                         temperature=1.0, num_samples=eval_samples, **sampling)
     answers = [heldout_rows[i // eval_samples]["answer"] for i in range(len(texts))]
@@ -324,6 +345,38 @@ def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens)
         "fraction_prompts_p_eq_0": round(sum(p == 0 for p in rates) / n, 4),
         "fraction_prompts_p_eq_1": round(sum(p == 1 for p in rates) / n, 4),
         "well_formed_rate": round(sum(well_formed) / len(well_formed), 4),
+    }
+
+
+def _measure_with_tool(model, tokenizer, rows, task, eval_samples, sampling) -> dict:
+    """The starting numbers of a model that may call the calculator: accuracy with and without a call,
+    how often it calls, how often a call fails, and the share well formed (lesson 15)."""
+    from grpo_edu.training.multi_turn import evaluate_with_tools, sample_with_tools
+    from grpo_edu.training.tools import Tool
+
+    texts, stopped, calls, failures = sample_with_tools(model, tokenizer, [r["prompt"] for r in rows], Tool(),
+                                                        temperature=1.0, num_samples=eval_samples, **sampling)
+    answers = [rows[i // eval_samples]["answer"] for i in range(len(texts))]
+    correct = [task.is_correct(t, a) for t, a in zip(texts, answers)]
+    rates = [sum(correct[i: i + eval_samples]) / eval_samples for i in range(0, len(correct), eval_samples)]
+
+    def share(values):
+        return round(sum(values) / len(values), 4) if values else None
+
+    n = len(rows)
+    return {
+        "heldout_prompts": n, "eval_samples_per_prompt": eval_samples,
+        "heldout_sampled_accuracy": share(correct),
+        "heldout_greedy_accuracy": round(evaluate_with_tools(model, tokenizer, rows, task, Tool(), temperature=0,
+                                                             **sampling)["accuracy"], 4),
+        "call_rate": share([c > 0 for c in calls]),
+        "accuracy_with_call": share([ok for ok, c in zip(correct, calls) if c]),
+        "accuracy_without_call": share([ok for ok, c in zip(correct, calls) if not c]),
+        "failed_call_rate": share([f > 0 for f in failures]),
+        "fraction_prompts_0_lt_p_lt_1": round(sum(0 < p < 1 for p in rates) / n, 4),
+        "fraction_prompts_p_eq_0": round(sum(p == 0 for p in rates) / n, 4),
+        "fraction_prompts_p_eq_1": round(sum(p == 1 for p in rates) / n, 4),
+        "well_formed_rate": share([s and task.well_formed(t) for t, s in zip(texts, stopped)]),
     }
 
 

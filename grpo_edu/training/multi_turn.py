@@ -156,3 +156,51 @@ def generate_with_tools(model, tokenizer, prompts, tool, *, num_generations=1, m
                    prompt_mask=prompt_mask, completion_ids=completion_ids.to(device),
                    completion_mask=completion_mask.to(device), logprobs=logprobs.to(device), completions=texts,
                    tool_mask=tool_mask.to(device), tool_calls=calls, tool_failures=failures)
+
+
+def sample_with_tools(model, tokenizer, prompts, tool, *, temperature=1.0, num_samples=1, seed=0,
+                      max_new_tokens=16, chunk=256):
+    """``num_samples`` completions per prompt with ``tool`` in the loop, prompt-major, ``chunk`` rows at a
+    time. Returns ``(texts, stopped, calls, failures)``: lists, one entry per completion (``stopped``:
+    it ended with ``<eos>``)."""
+    generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
+    per_chunk = max(1, chunk // num_samples)
+    texts, stopped, calls, failures = [], [], [], []
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(prompts), per_chunk):
+            out = generate_with_tools(model, tokenizer, list(prompts[start:start + per_chunk]), tool,
+                                      num_generations=num_samples, max_new_tokens=max_new_tokens,
+                                      temperature=temperature, generator=generator)
+            ends = out.completion_ids.gather(1, (out.lengths - 1).unsqueeze(1)).squeeze(1)   # (n,)
+            texts += out.completions
+            stopped += (ends == tokenizer.eos_token_id).tolist()
+            calls += out.tool_calls
+            failures += out.tool_failures
+    finally:
+        model.train(was_training)
+    return texts, stopped, calls, failures
+
+
+def evaluate_with_tools(model, tokenizer, rows, task, tool, **sampling):
+    """Accuracy with ``tool`` in the loop, and how the model used it, over ``rows`` × ``num_samples``.
+
+    Returns ``{"accuracy", "call_rate"`` (share of answers with a call), ``"accuracy_with_call"``,
+    ``"accuracy_without_call"`` (None when no answer fell on that side), ``"failed_call_rate"`` (share
+    of answers with a failed call), ``"samples"`` (prompt, completion, answer, correct, calls)}.
+    """
+    n = sampling.get("num_samples", 1)
+    texts, _, calls, failures = sample_with_tools(model, tokenizer, [r["prompt"] for r in rows], tool, **sampling)
+    answers = [rows[i // n]["answer"] for i in range(len(texts))]
+    correct = [task.is_correct(t, a) for t, a in zip(texts, answers)]
+
+    def mean(values):
+        return sum(values) / len(values) if values else None
+
+    return {"accuracy": mean(correct), "call_rate": mean([c > 0 for c in calls]),
+            "accuracy_with_call": mean([ok for ok, c in zip(correct, calls) if c]),
+            "accuracy_without_call": mean([ok for ok, c in zip(correct, calls) if not c]),
+            "failed_call_rate": mean([f > 0 for f in failures]),
+            "samples": [(rows[i // n]["prompt"], t, a, ok, c)
+                        for i, (t, a, ok, c) in enumerate(zip(texts, answers, correct, calls))]}

@@ -170,6 +170,14 @@ TASKS["sums"] = SumsTask(
                 "'3+8=11;11+5=16#16' or '#16'. 500 held out, 20000 to train on. Answers run from 3 to 39 "
                 "characters: the task of lesson 11 (long answers) and its model, assets/tiny-sums.")
 
+from grpo_edu.training.calc import CalcTask  # noqa: E402  (the tool task builds on sums' answer format)
+
+TASKS["calc"] = CalcTask(
+    name="calc",
+    description="Sums of two numbers of 1 to 3 digits, '347+85=' -> '[347+85]=432#432' with a calculator call "
+                "(the tool writes '=432') or '#432' without. 500 held out, 20000 to train on: the task of "
+                "lesson 15 (tools) and its model, assets/tiny-calc.")
+
 
 def get_task(name: str) -> Task:
     """The registered task called ``name``."""

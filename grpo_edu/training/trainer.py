@@ -484,6 +484,10 @@ class GRPOTrainer:
     def evaluate(self, rows=None, **kwargs):
         """Held-out accuracy (sampling at temperature 1 unless told otherwise; ``evaluation.evaluate_run``)."""
         with self._autocast():
+            if self.tool is not None:                  # with the tool in the loop, as the run samples
+                kwargs = {"max_new_tokens": self.config.max_completion_length, "seed": self.config.seed, **kwargs}
+                return multi_turn.evaluate_with_tools(self.model, self.tokenizer, self.eval_rows if rows is None
+                                                      else rows, self.task, self.tool, **kwargs)
             return evaluate_run(self.model, self.tokenizer, self.eval_rows if rows is None else rows, self.task,
                                 self.config, **kwargs)
 
