@@ -314,3 +314,28 @@ def test_the_trainer_refuses_a_tool_its_tokenizer_cannot_write(random_model, cha
         GRPOTrainer(GRPOConfig(batch_size=1, num_generations=2, total_training_steps=1, eval_size=0),
                     model=random_model, tokenizer=char_tokenizer, train_rows=[{"prompt": "1+2=", "answer": "3"}],
                     tool=calculator)
+
+
+@pytest.mark.parametrize("reply_in_loss", [False, True])
+def test_the_loss_sees_the_replies_only_in_the_ablation(reply_in_loss, tool_model, tool_tokenizer, monkeypatch):
+    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    masks, seen = [], []
+    real = trainer_module.grpo_loss
+    monkeypatch.setattr(trainer_module, "grpo_loss", lambda lp, old, adv, mask, **kw: (masks.append(mask),
+                                                                                      real(lp, old, adv, mask, **kw))[1])
+    config = GRPOConfig(batch_size=2, num_generations=8, max_completion_length=20, total_training_steps=1,
+                        eval_size=0, sampler="engine")
+    trainer = GRPOTrainer(config, model=tool_model.train(), tokenizer=tool_tokenizer,
+                          train_rows=[{"prompt": "12+345=", "answer": "357"}, {"prompt": "7+8=", "answer": "15"}],
+                          reward_funcs=[lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions]],
+                          tool=Tool(max_calls=3, reply_in_loss=reply_in_loss))
+    original = trainer._update
+    trainer._update = lambda rollout, *a: (seen.append(rollout), original(rollout, *a))[1]
+    trainer.step()
+    rollout = seen[0]
+    assert bool((rollout.tool_mask == 0).any())
+    expected = rollout.completion_mask if reply_in_loss else loss_mask(rollout.completion_mask, rollout.tool_mask)
+    assert torch.equal(masks[0], expected)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 CHECKSUMS = "CHECKSUMS.json"
 """The file under ``assets/`` that records each bundled model file's SHA-256."""
 
-MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks")
+MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks", "tiny-calc")
 CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 REFERENCE_STEP_MS = 35.0

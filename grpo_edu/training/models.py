@@ -65,6 +65,12 @@ def sums_model_dir():
                         "--out assets/tiny-sums --task sums …; about 4 minutes on a 2-core CPU)")
 
 
+def calc_model_dir():
+    """Path of lesson 15's model, which may call a calculator (``assets/tiny-calc``, the ``calc`` task)."""
+    return _asset_model("tiny-calc", "the calculator model",
+                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.make_model "
+                        "--out assets/tiny-calc --task calc …; about 4 minutes on a 2-core CPU)")
+
 def _looks_like_path(name):
     """True for names a hub cannot hold, or whose first part is a local folder (``models/tiny``)."""
     if not HUB_NAME.match(name) or name.startswith("."):

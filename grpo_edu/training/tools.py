@@ -81,6 +81,9 @@ class Tool:
     """Seconds one call may take; a call still running then is abandoned and counts as a failure."""
     max_result_tokens: int = 16
     """The longest reply kept, in tokens; a longer one is replaced by ``error_text``."""
+    reply_in_loss: bool = False
+    """Lesson 15's ablation, never a setting to train with: True leaves the reply's tokens in the loss
+    (the tool mask is ignored), so the policy is pushed to write the tool's answers itself."""
     reported: set = field(default_factory=set, repr=False, compare=False)
     """The tools whose first failure has been reported (once per ``Tool`` object)."""
 

@@ -388,7 +388,8 @@ class GRPOTrainer:
         c = self.config
         input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
         N, T = rollout.completion_ids.shape
-        train_mask = loss_mask(rollout.completion_mask, rollout.tool_mask)            # (N, T) without tool tokens
+        replies_out = self.tool is None or not self.tool.reply_in_loss                # lesson 15's ablation: in
+        train_mask = loss_mask(rollout.completion_mask, rollout.tool_mask if replies_out else None)   # (N, T)
         if c.mask_truncated_completions:                                              # cut answers: no gradient
             train_mask = train_mask * finished(rollout, self.tokenizer.eos_token_id).unsqueeze(1).to(train_mask.dtype)
         step_tokens = train_mask.sum()
