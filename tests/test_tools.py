@@ -339,3 +339,33 @@ def test_the_loss_sees_the_replies_only_in_the_ablation(reply_in_loss, tool_mode
     assert bool((rollout.tool_mask == 0).any())
     expected = rollout.completion_mask if reply_in_loss else loss_mask(rollout.completion_mask, rollout.tool_mask)
     assert torch.equal(masks[0], expected)
+
+
+def test_one_trl_step_runs_on_our_multi_turn_rollouts_with_env_mask(tool_model, tool_tokenizer, tmp_path):
+    """to_trl_tools: TRL 1.16's GRPOTrainer trains one step on our sampler's rows through rollout_func, takes
+    env_mask as its tool_mask, and counts only the model's tokens in its completion length."""
+    trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
+    import datasets
+
+    from grpo_edu.beyond.trl_tools import to_trl_tools
+
+    tool_model.save_pretrained(tmp_path / "model")
+    tool_tokenizer.save_pretrained(tmp_path / "model")
+    kwargs, extras = to_trl_tools(Tool(max_calls=3), max_completion_length=20)
+    assert kwargs == {"max_tool_calling_iterations": 3}
+    assert extras["tool_function"]("12+345") == "=357" and "Args:" in extras["tool_function"].__doc__
+    seen = []
+    rollout_func = extras["rollout_func"]
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), report_to=[], logging_steps=1, use_cpu=True,
+                          per_device_train_batch_size=8, num_generations=8, max_steps=1, max_completion_length=20,
+                          **kwargs)
+    trainer = trl.GRPOTrainer(model=str(tmp_path / "model"), processing_class=tool_tokenizer, args=args,
+                              reward_funcs=[lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions]],
+                              train_dataset=datasets.Dataset.from_list([{"prompt": "12+345="}, {"prompt": "7+8="}] * 4),
+                              rollout_func=lambda prompts, t: (seen.append(rollout_func(prompts, t)), seen[-1])[1])
+    trainer.train()
+    out = seen[0]
+    assert len(out["completion_ids"]) == 8 and any(0 in m for m in out["env_mask"])
+    own = [sum(m) for m in out["env_mask"]]
+    logged = trainer.state.log_history[0]
+    assert logged["completions/mean_length"] == pytest.approx(sum(own) / len(own))     # the model's tokens only
