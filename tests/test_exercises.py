@@ -68,7 +68,22 @@ CORRECT = {
     "12.3": lambda rw: [[x - (sum(row) - x) / (len(row) - 1) for x in row] for row in rw.tolist()],
     "12.4": lambda r, a, tp, tn: [-(4 / t) * ai / (1 + math.exp(-t * (ri - 1)))
                                   for ri, ai in zip(r, a) for t in [tp if ai > 0 else tn]],
+    "15.1": lambda ids, end, lens: _tool_mask_by_hand(ids.tolist(), end, lens.tolist()),
 }
+
+
+def _tool_mask_by_hand(ids, end, lens):
+    """A token-by-token walk: 0 while a reply is being skipped, and a "]" inside a reply starts nothing."""
+    mask, calls, skip = [], 0, 0
+    for t in ids:
+        if skip:
+            mask.append(0)
+            skip -= 1
+            continue
+        mask.append(1)
+        if t == end and calls < len(lens):
+            skip, calls = lens[calls], calls + 1
+    return mask
 
 WRONG = {
     "02.4": [lambda z, a, adv: -_policy_gradient_by_hand(z, a, adv),              # the sign: ascent, not the loss
@@ -104,6 +119,8 @@ WRONG = {
              lambda rw: rw - (rw.sum(axis=1, keepdims=True) - rw) / rw.shape[1]],      # divides by G
     "12.4": [lambda r, a, tp, tn: -(4 / tp) * a / (1 + np.exp(-tp * (r - 1))),         # one τ for both signs
              lambda r, a, tp, tn: -np.minimum(r * a, np.clip(r, 0.8, 1.2) * a)],       # GRPO's clip
+    "15.1": [lambda ids, end, lens: (np.cumsum(ids == end) == 0).astype(int),             # only before the first call
+             lambda ids, end, lens: np.where(np.roll(ids == end, 1), 0, 1)],              # one token after every "]"
 }
 
 

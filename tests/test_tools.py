@@ -11,7 +11,7 @@ from grpo_edu.core.losses import grpo_loss
 from grpo_edu.training.multi_turn import generate_with_tools
 from grpo_edu.training.rollout import completion_logprobs
 from grpo_edu.training.tokenizer import CHARS, build_char_tokenizer
-from grpo_edu.training.tools import Tool, ToolCallError, calculator, loss_mask, tool_stats
+from grpo_edu.training.tools import Tool, ToolCallError, calculator, loss_mask, tool_mask_of, tool_stats
 
 TOOL_CHARS = CHARS + "[]?#"
 
@@ -145,6 +145,8 @@ def test_the_tool_mask_is_zero_exactly_on_the_tools_replies(tool_model, tool_tok
     for ids, n, mask, logps in zip(rollout.completion_ids.tolist(), rollout.lengths.tolist(),
                                    rollout.tool_mask.tolist(), rollout.logprobs.tolist()):
         assert mask[:n] == _expected_tool_mask(tool_tokenizer, tool, ids[:n])
+        replies = [len(run) for run in "".join(map(str, mask[:n])).split("1") if run]
+        assert mask[:n] == tool_mask_of(ids[:n], tool_tokenizer.convert_tokens_to_ids("]"), replies)
         assert all(m == 1 for m in mask[n:])                                     # padding: 1, as TRL pads
         assert all(lp == 0.0 for lp, m in zip(logps, mask) if m == 0)            # no log-prob on the tool's tokens
     assert rollout.completion_mask.sum() > loss_mask(rollout.completion_mask, rollout.tool_mask).sum()

@@ -117,6 +117,14 @@ EXERCISES: dict[str, Any] = {
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in solve.composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
                      "'' is not right but has length 0; '46' is right with length 2."),
+    # lesson 15: tools and multi-turn rollouts
+    "15.1": CodeExercise("Write my_tool_mask(ids, call_end, reply_lengths): ids is one completion's token ids (a "
+                         "numpy array), call_end the id that closes a call, reply_lengths the length of each tool "
+                         "reply in order. After the k-th call_end the model wrote, the next reply_lengths[k] tokens "
+                         "are the tool's. Return the tool mask: 1 on the model's tokens, 0 on the tool's.",
+                         solve.tool_mask_ref, solve.tool_mask_input,
+                         "walk the ids once, keeping a count of the calls seen; a call_end inside a reply is the "
+                         "tool's text, not a new call, so skip each reply whole."),
     # lessons 09 and 09b: the diagnostics clinic (09.3, 09.4 in 09; 09.1, 09.2, 09.5 in 09b)
     "09.1": Exercise("A batch's success rate is p = 0.45 and G = 2. What share of groups do you expect to be dead "
                      "(all answers right or all wrong)? (4 decimals)",

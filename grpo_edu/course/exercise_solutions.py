@@ -446,3 +446,23 @@ def overlong(length, max_completion_length=42, cache_length=10):
     from grpo_edu.training.rewards import soft_overlong_punishment
 
     return soft_overlong_punishment(max_completion_length, cache_length)(completion_ids=[[0] * length])[0]
+
+
+def tool_mask_ref(ids, call_end, reply_lengths):
+    """Lesson 15: the tool mask of one completion, by the library's walk."""
+    from grpo_edu.training.tools import tool_mask_of
+
+    return np.array(tool_mask_of(ids.tolist(), int(call_end), reply_lengths.tolist()))
+
+
+def tool_mask_input(rng):
+    """A completion as the sampler makes it: model turns (no call_end inside) each closed by call_end (id 5),
+    then a reply of 1–4 tokens that may hold a 5 itself; the last turn ends without a call."""
+    ids, replies = [], []
+    for _ in range(int(rng.integers(0, 4))):
+        ids += rng.choice([6, 7, 8, 9], size=int(rng.integers(0, 4))).tolist() + [5]
+        reply = rng.choice([5, 6, 7, 8], size=int(rng.integers(1, 5))).tolist()
+        ids += reply
+        replies.append(len(reply))
+    ids += rng.choice([6, 7, 8, 9], size=int(rng.integers(1, 4))).tolist()
+    return (np.array(ids), 5, np.array(replies, dtype=int))

@@ -41,6 +41,12 @@ PREDICTIONS: dict[str, Prediction] = {
     "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
                         "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
                         choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
+    "15.P1": Prediction("tiny-calc calls the calculator in about half its answers, and is right about 93 % of the time "
+                        "with a call and 4 % without. After 20 GRPO steps rewarding only the right answer, what share "
+                        "of its answers will call the calculator (0–1)?", tolerance=0.1),
+    "15.P2": Prediction("The same run with the calculator's reply tokens left in the loss. Will the policy's log-prob "
+                        "of writing the reply itself (the '=432' after a call) 'rise', 'stay' or 'fall'?",
+                        choices=("rise", "stay", "fall")),
     **{f"09.P{i}": Prediction(f"Case {i}, {case}: which finding will diagnose rank first? One of: "
                               + ", ".join(CLINIC_MENU) + ".", choices=CLINIC_MENU)
        for i, case in enumerate(("learning rate 10× too high", "a broken reward", "temperature 0.3", "G = 2",

@@ -201,3 +201,23 @@ def tool_stats(rollout):
     return {"tools/call_frequency": calls / len(rollout.tool_calls),
             "tools/failure_frequency": failures / calls if calls else 0.0,
             "model_completion_length": float(own.mean())}
+
+
+def tool_mask_of(ids, call_end_id, reply_lengths):
+    """The tool mask of one completion from its ids: after the k-th ``call_end`` the model wrote, the next
+    ``reply_lengths[k]`` tokens are the tool's (0), every other token the model's (1).
+
+    A ``call_end`` inside a reply is the tool's text, not a call: the walk skips replies whole. This is
+    what :func:`~grpo_edu.training.multi_turn.generate_with_tools` records as it samples (lesson 15's
+    exercise rebuilds it).
+    """
+    mask, replies, i = [], list(reply_lengths), 0
+    ids = list(ids)
+    while i < len(ids):
+        mask.append(1)
+        if ids[i] == call_end_id and replies:
+            n = min(replies.pop(0), len(ids) - i - 1)
+            mask += [0] * n
+            i += n
+        i += 1
+    return mask
