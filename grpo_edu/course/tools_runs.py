@@ -155,3 +155,40 @@ def main(argv=None):
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def token_table(tokenizer, rollout, row):
+    """One completion of ``rollout`` drawn token by token: each token with ``M`` (the model wrote it,
+    tool mask 1) or ``T`` (the tool's reply, tool mask 0) under it, and the sampler's log-prob of each."""
+    n = int(rollout.lengths[row])
+    ids = rollout.completion_ids[row, :n].tolist()
+    mask = rollout.tool_mask[row, :n].tolist()
+    tokens = [tokenizer.convert_ids_to_tokens(i).replace("<eos>", "⏎") for i in ids]
+    width = max(len(t) for t in tokens) + 1
+    lines = ["token    " + "".join(t.rjust(width) for t in tokens),
+             "written  " + "".join(("M" if m else "T").rjust(width) for m in mask),
+             "log π    " + "  ".join(f"{lp:.1f}" if m else "  — " for lp, m in zip(rollout.logprobs[row, :n].tolist(),
+                                                                                  mask))]
+    return "\n".join(lines)
+
+
+def runs_table(runs, setting, keys=("accuracy", "call_rate", "failed_call_rate", "reply_logprob")):
+    """The stored runs of ``setting`` as text, one line per run: each key before → after."""
+    chosen = [r for r in runs if r["setting"] == setting]
+    if not chosen:
+        fail("setting", f"no stored run has setting {setting!r}", f"use one of {sorted({r['setting'] for r in runs})}")
+    head = f"{'kernels':8} {'seed':>4}  " + "  ".join(f"{k:>22}" for k in keys)
+    rows = [f"{r['kernels']:8} {r['seed']:>4}  " + "  ".join(
+        f"{r['before'][k]:>9.3f} → {r['after'][k]:<9.3f}".rjust(22) for k in keys) for r in chosen]
+    return "\n".join([f"setting: {setting} (before → after {chosen[0]['steps']} GRPO steps)", head, *rows])
+
+
+def after(runs, setting, key, *, kernels=None):
+    """The list of ``key`` after training over the stored runs of ``setting`` (optionally one kernel set)."""
+    return [r["after"][key] for r in runs if r["setting"] == setting and (kernels is None or r["kernels"] == kernels)]
+
+
+def change(runs, setting, key, *, kernels=None):
+    """The list of after − before of ``key`` over the stored runs of ``setting``."""
+    return [r["after"][key] - r["before"][key] for r in runs
+            if r["setting"] == setting and (kernels is None or r["kernels"] == kernels)]
