@@ -164,11 +164,11 @@ def token_table(tokenizer, rollout, row):
     ids = rollout.completion_ids[row, :n].tolist()
     mask = rollout.tool_mask[row, :n].tolist()
     tokens = [tokenizer.convert_ids_to_tokens(i).replace("<eos>", "⏎") for i in ids]
-    width = max(len(t) for t in tokens) + 1
+    logps = [f"{lp:.1f}" if m else "—" for lp, m in zip(rollout.logprobs[row, :n].tolist(), mask)]
+    width = max(len(t) for t in tokens + logps) + 1
     lines = ["token    " + "".join(t.rjust(width) for t in tokens),
              "written  " + "".join(("M" if m else "T").rjust(width) for m in mask),
-             "log π    " + "  ".join(f"{lp:.1f}" if m else "  — " for lp, m in zip(rollout.logprobs[row, :n].tolist(),
-                                                                                  mask))]
+             "log π    " + "".join(lp.rjust(width) for lp in logps)]
     return "\n".join(lines)
 
 
