@@ -24,9 +24,12 @@ checks every import in the source):
     ``config``          GRPOConfig: every knob of a run, checked up front
     ``tasks``           verifiable tasks (addition, …) and prompt-file loading
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
+    ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
     ``tokenizer``       the bundled models' character tokenizer
     ``rollout``         sampling G completions per prompt, with per-token log-probs
     ``engine``          the same sampling, faster (opt-in): a preallocated KV cache, finished rows leave (vLLM's ideas)
+    ``tools``           a tool's call syntax, the calculator (a parser), containment, the tool mask in the loss
+    ``multi_turn``      multi-turn rollouts: stop at a call, run the tool, append its reply as ids, resume (lesson 15)
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
     ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
     ``trainer``         GRPOTrainer: the loop of the algorithm box
@@ -47,6 +50,7 @@ checks every import in the source):
     ``bench``           ``grpo-edu bench``: a step's time against the bare floor and TRL
     ``gpu_run``         the GPU run that needs no network: build, GRPO, TRL (tiny on a CPU)
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
+    ``trl_tools``       the tool settings in TRL's terms: a tool function, max_tool_calling_iterations, a rollout_func
 
 ``course/`` — the course's own machinery: what the lessons show and check
     ``viz``/``widgets`` matplotlib figures (``viz_runs``: the training runs' figures) and ipywidgets panels
@@ -58,6 +62,7 @@ checks every import in the source):
     ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
     ``replay_advice``   the replay article's advice (7:3 or 8:2, 6:4 late, refresh, compute) run on it
     ``clinic``          lessons 09 and 09b's sick runs: each case, its expected finding, its cure
+    ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
     ``variants``        lesson 12's race: GRPO's variants on lesson 11's model, over seeds
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures
