@@ -111,7 +111,7 @@ class _FamilyTrainer(GRPOTrainer):
         """Count the step and log it as GRPOTrainer.step does (same keys), plus the method's own."""
         self.step_count = step
         metrics = self._metrics(rows, rollout, rewards, update)
-        extra = {k: v for k, v in update.items() if k not in metrics}
+        extra = {k: v for k, v in update.items() if k not in metrics and k != "skipped"}
         metrics.update(reward_info, **extra, skipped=bool(update.get("skipped", False)),
                        seconds=time.perf_counter() - t0)
         self.history.append(metrics)
