@@ -237,20 +237,22 @@ def test_an_unknown_method_and_resuming_are_refused(random_model, char_tokenizer
 
 
 # --- a short real run per method: it must learn ----------------------------------------------------------------
+RUN = {"grpo": (20, 0.05), "reinforce": (20, 0.05), "ppo": (20, 0.05), "rft": (20, 0.05), "dpo": (60, 0.05),
+       "dpo_offline": (60, 0.05)}
+"""method → (steps, the held-out accuracy it must gain). Measured on seed 0, both kernel sets: +13 to +15.5 points
+after 20 steps for the policy-gradient methods and rejection sampling; DPO's pairs teach more slowly (after 20
+steps online DPO had −2.5 points and offline −6.5; after 60, +22.5 and +14: ``assets/family``), so they get 60."""
+
+
 @pytest.mark.parametrize("method", list(METHODS))
-def test_a_short_run_on_the_adder_raises_the_training_accuracy(method):
-    """20 steps of 16 prompts × 8 answers from the bundled adder (start: about 50 % right): the mean
-    training accuracy of the last 5 steps beats that of the first 5 steps, for every method."""
-    config = GRPOConfig(batch_size=16, num_generations=8, total_training_steps=20, eval_size=0, sampler="engine",
-                        seed=0)
+def test_a_short_run_on_the_adder_raises_the_held_out_accuracy(method):
+    """From the bundled adder (about half right at the start), 16 prompts × 8 answers per step, scored on 200
+    held-out prompts before and after."""
+    steps, gain = RUN[method]
+    config = GRPOConfig(batch_size=16, num_generations=8, total_training_steps=steps, eval_size=200,
+                        sampler="engine", seed=0)
     t = make_trainer(method, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t.train(progress=False)
-    acc = [m["accuracy"] for m in t.history]
-    assert sum(acc[-5:]) / 5 - sum(acc[:5]) / 5 >= FIRST_TO_LAST[method], acc
-
-
-FIRST_TO_LAST = {"grpo": 0.05, "reinforce": 0.05, "ppo": 0.05, "rft": 0.05, "dpo": 0.0, "dpo_offline": -1.0}
-"""The rise each method must show, first 5 → last 5 steps (offline DPO is only run, not held to a rise:
-its answers come from the start model, so its training accuracy is the start model's)."""
+    assert t.evals[-1]["accuracy"] - t.evals[0]["accuracy"] >= gain, t.evals
