@@ -256,3 +256,68 @@ def test_a_short_run_on_the_adder_raises_the_held_out_accuracy(method):
         warnings.simplefilter("ignore")
         t.train(progress=False)
     assert t.evals[-1]["accuracy"] - t.evals[0]["accuracy"] >= gain, t.evals
+
+
+# --- grpo-edu family: bad arguments are refused before any run ------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "-1"], "--seeds: -1 is negative"),
+    (["--seeds", "0", "0"], "--seeds: 0 is given twice"),
+    (["--methods", "ppo", "ppo"], "--methods: ppo is given twice"),
+    (["--steps", "0"], "--steps: is 0"),
+    (["--resamples", "1"], "--resamples: is 1"),
+    (["--overwrite"], "--overwrite: replaces the --json file, but no --json is given"),
+    (["--methods", "ppo2"], "invalid choice: 'ppo2'"),
+])
+def test_the_family_command_refuses_bad_arguments_naming_them(argv, message, capsys, monkeypatch):
+    from grpo_edu.cli import main
+    from grpo_edu.course import family as course_family
+
+    monkeypatch.setattr(course_family, "comparison", lambda *a, **k: pytest.fail("ran before checking its arguments"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["family", *argv])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_existing_json_file_is_refused_before_the_runs(tmp_path, capsys, monkeypatch):
+    from grpo_edu.cli import main
+    from grpo_edu.course import family as course_family
+
+    monkeypatch.setattr(course_family, "comparison", lambda *a, **k: pytest.fail("ran before checking its arguments"))
+    target = tmp_path / "runs.json"
+    target.write_text("{}")
+    with pytest.raises(SystemExit):
+        main(["family", "--json", str(target)])
+    assert "--json: " in capsys.readouterr().err and target.read_text() == "{}"
+
+
+# --- the stored comparison lesson 13 reads ---------------------------------------------------------------------
+def test_tokens_to_target_by_hand():
+    from grpo_edu.course.family import tokens_to_target
+
+    history = [{"step": i + 1, "accuracy": a, "completion_length": 3.0} for i, a in enumerate([0.5, 0.6, 0.8, 0.9, 0.7])]
+    assert tokens_to_target(history, 10, target=0.75, window=2) == (4, 4 * 3.0 * 10)       # (0.8 + 0.9) / 2 ≥ 0.75
+    assert tokens_to_target(history, 10, target=0.95, window=2) == (None, None)
+
+
+def test_the_stored_runs_hold_every_method_seed_and_kernel_set():
+    from grpo_edu.course import family as course_family
+    from grpo_edu.course import variants
+
+    runs, info = course_family.stored_runs()
+    assert list(runs) == list(course_family.ORDER)
+    for name, rows in runs.items():
+        assert sorted((r["seed"], r["kernels"]) for r in rows) == sorted(
+            (s, k) for s in (0, 1, 2) for k in ("AVX512", "DEFAULT")), name
+        assert all(len(r["curve"]) == course_family.COMMON["total_training_steps"] for r in rows)
+    assert set(variants.paired_differences(runs)) == set(course_family.ORDER) - {"grpo"}
+    assert {len(seeds) for seeds in info["gradient_noise"].values()} == {3}
+    assert set(info["step_cost"]) == {"AVX512", "DEFAULT"}
+    assert [row["method"] for row in course_family.noise_rows(info)] == list(course_family.ORDER)
+
+
+def test_an_empty_folder_is_refused_naming_the_command(tmp_path):
+    from grpo_edu.course import family as course_family
+
+    with pytest.raises(ValueError, match="^folder: .*grpo-edu family --seeds 0 1 2 --json FILE"):
+        course_family.stored_runs(tmp_path)
