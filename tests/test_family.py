@@ -143,8 +143,14 @@ def test_rejection_sampling_imitates_only_the_right_answers(random_model, char_t
     by_hand = -float((logprobs * kept).sum() / kept.sum())                                 # NLL of the kept tokens
     stats = t._sft_update(rollout, keep)
     assert stats["loss"] == pytest.approx(by_hand, rel=1e-5)
+    # and the step hands the update exactly the right answers (every third here), never the wrong ones
+    seen = []
+    update = t._sft_update
+    t._sft_update = lambda rollout, keep: seen.append(keep.clone()) or update(rollout, keep)
     m = t.step()
-    assert m["kept_fraction"] == pytest.approx(float(rewards.reshape(-1).ge(1).float().mean()))   # 1 in 3, here
+    N = rewards.numel()
+    assert seen[0].tolist() == [i % 3 == 0 for i in range(N)]
+    assert m["kept_fraction"] == pytest.approx(sum(i % 3 == 0 for i in range(N)) / N)
 
 
 def test_a_batch_with_no_right_answer_is_skipped_and_logged_never_a_zero_loss_step(random_model, char_tokenizer):
