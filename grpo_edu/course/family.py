@@ -119,6 +119,8 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     no KL term), from the library's own functions. ``critic``: PPO's value model (its values give GAE's
     baseline); ``ref_logprobs``: π_ref's (N, T) log-probs for DPO (the start model: all log-ratios 0).
     Returns the loss, or None when the method has nothing to learn from this batch."""
+    import torch
+
     from grpo_edu.core.advantages import estimate_advantages
     from grpo_edu.core.dpo import dpo_loss, preference_pairs, sequence_logprobs
     from grpo_edu.core.gae import gae_advantages
@@ -134,7 +136,7 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
         adv = estimate_advantages(rewards, estimator=name).reshape(-1)                    # (N,)
         return grpo_loss(logprobs, logprobs.detach(), adv.to(logprobs.dtype), mask)[0]
     if name == "ppo":
-        with torch_no_grad():
+        with torch.no_grad():
             values = critic(rollout.input_ids, rollout.attention_mask, mask.shape[1])      # (N, T)
         adv, _ = gae_advantages(rewards.reshape(-1).float(), values, mask, gamma=f.gamma, lam=f.lam,
                                 whiten=f.whiten_advantages)
@@ -149,12 +151,6 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
         seq, ref = sequence_logprobs(logprobs, mask), sequence_logprobs(ref_logprobs, mask)   # (N,)
         return dpo_loss(seq[pairs[:, 0]], seq[pairs[:, 1]], ref[pairs[:, 0]], ref[pairs[:, 1]], beta=f.beta)[0]
     raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
-
-
-def torch_no_grad():
-    import torch
-
-    return torch.no_grad()
 
 
 def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=16, num_generations=8):
@@ -174,10 +170,9 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=16, num_gene
     from grpo_edu.training.engine import generate
     from grpo_edu.training.rollout import completion_logprobs
 
-    trainer = _config(seed, eval_size=0)
     from grpo_edu.training.trainer import GRPOTrainer
 
-    base = GRPOTrainer(trainer)
+    base = GRPOTrainer(_config(seed, eval_size=0))
     model, tokenizer = base.model, base.tokenizer
     rows = base.batch_for(1)[:batch_size]
     critic = Critic(model)
@@ -353,7 +348,7 @@ def main(argv=None):
     parser.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
     parser.add_argument("--steps", type=int, default=None, help=f"default {COMMON['total_training_steps']}")
     parser.add_argument("--resamples", type=int, default=24,
-                        help="answer draws per seed for the gradient's noise (default 24; 0 runs are not allowed)")
+                        help="answer draws per seed for the gradient's noise (default 24, at least 2)")
     parser.add_argument("--cost", action="store_true",
                         help="also time each method's step and measure its memory, each in a child process")
     parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON (an existing file is "
