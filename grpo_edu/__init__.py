@@ -33,6 +33,8 @@ checks every import in the source):
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
     ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
     ``trainer``         GRPOTrainer: the loop of the algorithm box
+    ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
+    ``family``          GRPO's family as trainers: PPO with a critic, REINFORCE, rejection sampling, DPO
     ``evaluation``      held-out accuracy of a model
     ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
     ``run_folder``      one run per output folder: a lock, and no mixing with another run
@@ -64,6 +66,7 @@ checks every import in the source):
     ``clinic``          lessons 09 and 09b's sick runs: each case, its expected finding, its cure
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
     ``variants``        lesson 12's race: GRPO's variants on lesson 11's model, over seeds
+    ``family``          lesson 13's comparison: GRPO against its family on one budget (grpo-edu family)
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
     ``screenshots``     the README's pictures
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)

@@ -537,6 +537,8 @@ def build_parser():
                                   "the bundled models, and each lesson's expected time (grpo-edu doctor --help)")
     sub.add_parser("variants", help="race GRPO's variants on lesson 11's model and print lesson 12's table "
                                     "(grpo-edu variants --help)")
+    sub.add_parser("family", help="run GRPO against PPO with a critic, REINFORCE, rejection sampling and DPO on "
+                                  "one budget and print lesson 13's table (grpo-edu family --help)")
     parser.value_flags = {flag for sp in sub.choices.values() for action in sp._actions
                           if action.nargs != 0 for flag in action.option_strings}
     parser.preset_commands = {"train": train, "export": ex}          # the subcommands that take --preset
@@ -556,7 +558,7 @@ def join_negative_values(argv, value_flags):
 
 PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench",
                 "lesson-times": "grpo_edu.course.lesson_times", "variants": "grpo_edu.course.variants",
-                "doctor": "grpo_edu.course.doctor"}
+                "doctor": "grpo_edu.course.doctor", "family": "grpo_edu.course.family"}
 """Subcommands whose flags belong to their own module's parser."""
 
 

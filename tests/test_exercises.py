@@ -48,7 +48,16 @@ def _truncated_by_hand(lengths, limit, head_share=10, both=True, rule=0.98):
     return any(sum(w) / len(w) >= rule * limit for w in windows)
 
 
+def _gae_by_hand(r, v, gamma, lam):
+    out, next_adv, next_v = [0.0] * len(r), 0.0, 0.0
+    for t in reversed(range(len(r))):
+        next_adv = r[t] + gamma * next_v - v[t] + gamma * lam * next_adv
+        out[t], next_v = next_adv, v[t]
+    return out
+
+
 CORRECT = {
+    "13.1": lambda r, v, g, lam: _gae_by_hand(list(r), list(v), g, lam),
     "02.4": lambda z, a, adv: _policy_gradient_by_hand(z, a, adv),
     "03.4": lambda rewards: [len(set(row)) == 1 for row in rewards.tolist()],
     "04.5": lambda r, a, eps: [0.0 if (ai > 0 and ri > 1 + eps) or (ai < 0 and ri < 1 - eps) else ri * ai
@@ -86,6 +95,9 @@ def _tool_mask_by_hand(ids, end, lens):
     return mask
 
 WRONG = {
+    "13.1": [lambda r, v, g, lam: _gae_by_hand(list(r), list(v), lam, g),              # γ and λ swapped
+             lambda r, v, g, lam: _gae_by_hand(list(r), list(v), g, 1.0),              # λ ignored
+             lambda r, v, g, lam: [sum(r[t:]) - v[t] for t in range(len(r))]],         # Monte Carlo, no γ, λ
     "02.4": [lambda z, a, adv: -_policy_gradient_by_hand(z, a, adv),              # the sign: ascent, not the loss
              lambda z, a, adv: _policy_gradient_by_hand(z, a, adv, minus_pi=False),  # forgot the softmax's − π
              lambda z, a, adv: _policy_gradient_by_hand(z, a, adv) * len(a)],        # a sum, not the mean

@@ -151,10 +151,25 @@ def test_gradient_matches_finite_difference():
         lambda x: grpo_loss(x, old, adv, mask, ref_logprobs=ref, beta=0.2, epsilon=10.0)[0], (lp,))
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "cispo", "sapo"])
+def test_one_advantage_per_token_equal_along_the_answer_is_grpos_loss(loss_type):
+    """PPO with a critic gives every token its own Â_{i,t} (N, T); repeated along each answer it is GRPO's Â_i."""
+    lp, old, adv, mask, ref = _inputs()
+    extra = dict(epsilon_high=5.0) if loss_type == "cispo" else {}
+    per_answer, _ = grpo_loss(lp, old, adv, mask, ref_logprobs=ref, beta=0.1, loss_type=loss_type, **extra)
+    per_token, _ = grpo_loss(lp, old, adv.unsqueeze(1).expand(-1, lp.shape[1]), mask, ref_logprobs=ref, beta=0.1,
+                             loss_type=loss_type, **extra)
+    torch.testing.assert_close(per_token, per_answer)
+    changed = adv.unsqueeze(1).expand(-1, lp.shape[1]).clone()
+    changed[1, 0] += 1.0                                               # one token's own advantage
+    assert not torch.allclose(grpo_loss(lp, old, changed, mask, loss_type=loss_type, **extra)[0],
+                              grpo_loss(lp, old, adv, mask, loss_type=loss_type, **extra)[0])
+
+
 @pytest.mark.parametrize("change, match", [
     (dict(old_logprobs=torch.zeros(4, 5)), "^old_logprobs: shape"),
     (dict(mask=torch.ones(3, 6)), "^mask: shape"),
-    (dict(advantages=torch.zeros(4, 6)), r"^advantages: shape .* should be \(N,\)"),
+    (dict(advantages=torch.zeros(6, 4)), r"^advantages: shape .* should be \(N,\)"),
     (dict(logprobs=torch.zeros(24)), r"^logprobs: must be a \(N, T\)"),
     (dict(loss_type="ppo"), "^loss_type: unknown value 'ppo'"),
     (dict(epsilon=0.0), "^epsilon: "),

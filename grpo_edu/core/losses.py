@@ -26,7 +26,8 @@ sequences and T completion positions:
   bias at all (Dr. GRPO, arXiv:2503.20783).
 
 Shapes: N sequences, T completion tokens. logprobs, old_logprobs, ref_logprobs, mask:
-(N, T); advantages: (N,).
+(N, T); advantages: (N,), one Â_i per answer (GRPO), or (N, T), one Â_{i,t} per token (PPO with a
+critic, whose GAE gives every token its own advantage: ``grpo_edu.core.gae``).
 
 Two additions beyond the paper. ``entropy`` with ``entropy_coef`` = c > 0 subtracts c times the
 mean per-token entropy, an entropy bonus, to slow the entropy collapse lesson 11 measures. As in
@@ -127,8 +128,9 @@ def _check_inputs(logprobs, old_logprobs, advantages, mask, ref_logprobs, beta, 
         if x is not None and tuple(x.shape) != shape:
             _checks.fail(name, f"shape {tuple(x.shape)} does not match logprobs shape {shape}",
                          "pass one value per completion token, (N, T) like logprobs")
-    if tuple(advantages.shape) != shape[:1]:
-        _checks.fail("advantages", f"shape {tuple(advantages.shape)} should be (N,) = ({shape[0]},)",
+    if tuple(advantages.shape) not in (shape[:1], shape):
+        _checks.fail("advantages", f"shape {tuple(advantages.shape)} should be (N,) = ({shape[0]},), or (N, T) = "
+                     f"{shape} for one advantage per token",
                      "pass one advantage per sequence, e.g. group_advantages(rewards).reshape(-1)")
     if beta > 0 and ref_logprobs is None:
         _checks.fail("ref_logprobs", f"is None but beta = {beta} asks for a KL term",
@@ -191,7 +193,9 @@ def grpo_loss(logprobs, old_logprobs, advantages, mask, *, ref_logprobs=None, be
     eps_low = epsilon
     eps_high = epsilon if epsilon_high is None else epsilon_high
     mask = mask.to(logprobs.dtype)                                   # (N, T)
-    adv = advantages.to(logprobs.dtype).unsqueeze(1)                 # Â_i broadcast over tokens, (N, 1)
+    adv = advantages.to(logprobs.dtype)
+    if adv.ndim == 1:
+        adv = adv.unsqueeze(1)                                       # Â_i broadcast over tokens, (N, 1)
 
     # r_{i,t} = π_θ / π_θold, computed in log space
     if importance_sampling_level == "sequence":                      # GSPO: one ratio s_i per answer, (N, 1)

@@ -334,4 +334,12 @@ EXERCISES: dict[str, Any] = {
                      "GRPO: r·Â is clipped at 1 + ε = 1.2 when Â > 0, and the clipped term has no gradient. CISPO: the "
                      "weight min(r, ε_max) times Â. SAPO: d/dlog π of σ(τ(r − 1))·4/τ·Â is 4σ'(τ(r − 1))·r·Â, "
                      "with σ' = σ(1 − σ).", tolerance=0.01),
+    # lesson 13: GRPO among its family
+    "13.1": CodeExercise("Write my_gae(rewards, values, gamma, lam): one answer of T tokens; rewards and values "
+                         "are length-T numpy arrays (r_t, with the outcome reward on the last token, and the "
+                         "critic's V(s_t)); return the T advantages of GAE(γ, λ): δ_t = r_t + γ·V_{t+1} − V_t "
+                         "with V after the last token 0, and Â_t = δ_t + γλ·Â_{t+1}, computed from the end.",
+                         solve.gae_ref, solve.gae_input,
+                         "loop t from T − 1 down to 0, carrying Â_{t+1} (0 after the end) and V_{t+1} (0 after the "
+                         "end); γ multiplies V_{t+1} in δ_t, and γ·λ multiplies Â_{t+1}."),
 }

@@ -448,6 +448,29 @@ def overlong(length, max_completion_length=42, cache_length=10):
     return soft_overlong_punishment(max_completion_length, cache_length)(completion_ids=[[0] * length])[0]
 
 
+def gae_ref(rewards, values, gamma, lam):
+    import torch
+
+    from grpo_edu.core.gae import gae_advantages
+
+    r = torch.as_tensor(rewards, dtype=torch.float64).reshape(1, -1)              # (1, T) token rewards
+    v = torch.as_tensor(values, dtype=torch.float64).reshape(1, -1)               # (1, T)
+    advantages, _ = gae_advantages(r, v, torch.ones_like(v), gamma=float(gamma), lam=float(lam))
+    return advantages[0].numpy()
+
+
+def gae_input(rng):
+    """One answer of 2–7 tokens: the outcome reward on the last token (sometimes a per-token penalty too),
+    the critic's values, and γ, λ from the usual grid (1 and 0 included)."""
+    T = int(rng.integers(2, 8))
+    rewards = np.zeros(T)
+    rewards[-1] = float(rng.integers(0, 2))
+    if rng.random() < 0.3:
+        rewards -= rng.uniform(0, 0.05, size=T)                                   # a KL-style penalty per token
+    return (rewards, rng.normal(0.4, 0.3, size=T), float(rng.choice([1.0, 0.99, 0.9, 0.5])),
+            float(rng.choice([1.0, 0.95, 0.5, 0.0])))
+
+
 def tool_mask_ref(ids, call_end, reply_lengths):
     """Lesson 15: the tool mask of one completion, by the library's walk."""
     from grpo_edu.training.tools import tool_mask_of

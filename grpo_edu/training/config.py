@@ -31,7 +31,7 @@ CHOICES = {
     "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo"),
     "importance_sampling_level": ("token", "sequence"),
     "scale": ("group", "batch", "none"),
-    "advantage_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline"),
+    "advantage_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline", "reinforce"),
     "sampling_dtype": ("float32", "bfloat16"),
     "sampler": ("loop", "engine"),
     "device": ("auto", "cpu", "cuda"),
@@ -154,7 +154,7 @@ class GRPOConfig:
     advantage_estimator: str = "grpo"
     """How rewards become Â (verl's ``algorithm.adv_estimator``): "grpo" (group mean and σ, see ``scale``), "rloo"
     (each answer against the mean of the other G − 1) or "reinforce_plus_plus_baseline" (group mean, then whitened
-    over the batch's tokens). See grpo_edu.core.advantages."""
+    over the batch's tokens), or "reinforce" (the reward itself, no baseline: lesson 13). See grpo_edu.core.advantages."""
     seed: int = 0
     """Seeds data order, sampling and the reference copy: same seed, same run (on CPU)."""
 

@@ -1,0 +1,387 @@
+"""GRPO among its family, on one budget: ``grpo-edu family --seeds 0 1 2`` (or ``python -m grpo_edu.course.family``).
+
+Every method of ``grpo_edu.training.family.METHODS`` trains the bundled adder for the same number of steps
+with the same B·G answers sampled per step (:data:`COMMON`), and is scored the same way. Lesson 13 reads
+the stored runs (``assets/family/``); the comparison itself is lesson 12's, by the same functions
+(``course.variants``: per-seed values, paired differences against GRPO, verdicts, the pooled spread and
+how many seeds a gap needs).
+
+Per run (:func:`run_method`): held-out accuracy at τ = 1 before and after (pass@1) and pass@8 after; the
+generated tokens of the whole run and those generated until the training accuracy first reached
+:data:`TARGET` (averaged over :data:`TARGET_WINDOW` steps); the mean answer length over the last quarter of
+the steps; the entropy of the model reading the held-out prompts' right answers (fixed texts, so
+comparable across methods); the steps skipped; the seconds per step. Per method, once per seed
+(:func:`gradient_noise`): how noisy each method's gradient is on one fixed batch, over many resamples of
+its G answers. Per method, in a child process (:func:`step_cost`): a step's time and the process's peak
+memory, and the weights and optimizer state it trains (the critic's cost).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+COMMON = dict(batch_size=16, num_generations=8, total_training_steps=60, eval_size=200, sampler="engine")
+"""The comparison's budget on the bundled adder: 16 prompts × 8 answers per step, 60 steps, scored on 200
+held-out prompts; the engine sampler (lesson 13's runs pass it, whatever the default becomes)."""
+
+ORDER = ("grpo", "reinforce", "ppo", "rft", "dpo", "dpo_offline")
+"""The methods, in the order tables show them (the keys of ``training.family.METHODS``)."""
+
+METRICS = ("before", "after", "pass@8", "generated", "length", "entropy", "skipped", "seconds")
+"""The numeric columns of a run's row (``tokens_to_target`` may be None: the run never reached the target)."""
+
+TARGET = 0.7
+"""The training accuracy "generated tokens to a target" waits for (a mean over :data:`TARGET_WINDOW` steps)."""
+TARGET_WINDOW = 4
+"""Steps the training accuracy is averaged over before it is compared with :data:`TARGET`."""
+
+FAMILY_DIR = "family"
+"""The folder under ``assets/`` that holds the stored runs (``--json`` files), read by :func:`stored_runs`."""
+
+
+def _config(seed, steps=None, eval_size=None):
+    from grpo_edu.training.config import GRPOConfig
+
+    settings = {**COMMON, "seed": seed}
+    if steps is not None:
+        settings["total_training_steps"] = steps
+    if eval_size is not None:
+        settings["eval_size"] = eval_size
+    return GRPOConfig(**settings)
+
+
+def tokens_to_target(history, completions_per_step, target=TARGET, window=TARGET_WINDOW):
+    """(step, generated tokens) when the mean training accuracy of the last ``window`` steps first reached
+    ``target``; (None, None) when it never did. Tokens count every sampled answer's tokens, ``<eos>`` included:
+    a step adds its mean answer length × ``completions_per_step`` (B·G)."""
+    tokens, accuracies = 0.0, []
+    for m in history:
+        tokens += m["completion_length"] * completions_per_step
+        accuracies.append(m["accuracy"])
+        recent = accuracies[-window:]
+        if len(recent) == window and sum(recent) / window >= target:
+            return m["step"], tokens
+    return None, None
+
+
+def run_method(name, seed=0, *, steps=None, eval_size=None, progress=False):
+    """Train method ``name`` from the bundled adder: (row, info). ``row``: :data:`METRICS`, ``tokens_to_target``,
+    ``steps_to_target`` and ``curve`` (training accuracy per step); ``info["trainer"]``."""
+    from grpo_edu.training.evaluation import answer_entropy
+    from grpo_edu.training.family import make_trainer
+
+    if name not in ORDER:
+        raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
+    config = _config(seed, steps, eval_size)
+    trainer = make_trainer(name, config)
+    rows = trainer.eval_rows
+    entropy_before, _ = answer_entropy(trainer.model, trainer.tokenizer, [r["prompt"] for r in rows],
+                                       [r["answer"] for r in rows])
+    start = time.perf_counter()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                       # skipped steps are counted in the row
+        trainer.train(progress=progress)
+    seconds = time.perf_counter() - start
+    history = trainer.history
+    N = config.batch_size * config.num_generations
+    tail = history[-max(1, len(history) // 4):]
+    eight = trainer.evaluate(num_samples=8)["samples"]
+    solved = [any(s[3] for s in eight[i:i + 8]) for i in range(0, len(eight), 8)]
+    entropy_after, _ = answer_entropy(trainer.model, trainer.tokenizer, [r["prompt"] for r in rows],
+                                      [r["answer"] for r in rows])
+    step_to, tokens_to = tokens_to_target(history, N)
+    row = {"before": trainer.evals[0]["accuracy"], "after": trainer.evals[-1]["accuracy"],
+           "pass@8": sum(solved) / len(solved),
+           "generated": sum(m["completion_length"] * N for m in history),
+           "length": statistics.fmean(m["completion_length"] for m in tail),
+           "entropy": entropy_after, "entropy_before": entropy_before,
+           "skipped": sum(bool(m.get("skipped")) for m in history),
+           "seconds": statistics.median(m["seconds"] for m in history), "run_seconds": seconds,
+           "steps_to_target": step_to, "tokens_to_target": tokens_to,
+           "curve": [m["accuracy"] for m in history]}
+    return row, {"trainer": trainer}
+
+
+def comparison(names=ORDER, seeds=(0,), *, steps=None, progress=False):
+    """{method: [row per seed]} for every method and seed (:func:`run_method`); each row also holds its ``seed``."""
+    return {name: [{**run_method(name, seed, steps=steps, progress=progress)[0], "seed": seed} for seed in seeds]
+            for name in names}
+
+
+# --- the gradient's noise on one fixed batch ---------------------------------------------------------------
+def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None, family=None):
+    """The loss ``name``'s trainer would take on ``rollout`` at the start of training (one update, r = 1,
+    no KL term), from the library's own functions. ``critic``: PPO's value model (its values give GAE's
+    baseline); ``ref_logprobs``: π_ref's (N, T) log-probs for DPO (the start model: all log-ratios 0).
+    Returns the loss, or None when the method has nothing to learn from this batch."""
+    import torch
+
+    from grpo_edu.core.advantages import estimate_advantages
+    from grpo_edu.core.dpo import dpo_loss, preference_pairs, sequence_logprobs
+    from grpo_edu.core.gae import gae_advantages
+    from grpo_edu.core.losses import grpo_loss
+    from grpo_edu.core.rejection_sampling import select_correct, sft_loss
+    from grpo_edu.training.family import FamilyConfig
+    from grpo_edu.training.rollout import completion_logprobs
+
+    f = family or FamilyConfig()
+    mask = rollout.completion_mask
+    logprobs, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, mask.shape[1])
+    if name in ("grpo", "reinforce"):
+        adv = estimate_advantages(rewards, estimator=name).reshape(-1)                    # (N,)
+        return grpo_loss(logprobs, logprobs.detach(), adv.to(logprobs.dtype), mask)[0]
+    if name == "ppo":
+        with torch.no_grad():
+            values = critic(rollout.input_ids, rollout.attention_mask, mask.shape[1])      # (N, T)
+        adv, _ = gae_advantages(rewards.reshape(-1).float(), values, mask, gamma=f.gamma, lam=f.lam,
+                                whiten=f.whiten_advantages)
+        return grpo_loss(logprobs, logprobs.detach(), adv, mask)[0]
+    if name == "rft":
+        keep, info = select_correct(rewards, threshold=f.threshold, max_per_prompt=f.max_per_prompt)
+        return None if info["skip"] else sft_loss(logprobs, mask, keep.reshape(-1))[0]
+    if name in ("dpo", "dpo_offline"):
+        pairs, info = preference_pairs(rewards)
+        if info["num_pairs"] == 0:
+            return None
+        seq, ref = sequence_logprobs(logprobs, mask), sequence_logprobs(ref_logprobs, mask)   # (N,)
+        return dpo_loss(seq[pairs[:, 0]], seq[pairs[:, 1]], ref[pairs[:, 0]], ref[pairs[:, 1]], beta=f.beta)[0]
+    raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
+
+
+def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=16, num_generations=8):
+    """How noisy each method's gradient is on one fixed batch of prompts, from the start model.
+
+    The same ``batch_size`` prompts (the seed's first training batch) get ``resamples`` fresh draws of G
+    answers; each draw gives each method one gradient g_r (all weights, flattened). Returned per method:
+    ``noise_to_signal`` = mean_r ‖g_r − ḡ‖² / ‖ḡ‖², the summed variance over the squared mean: scale-free,
+    so methods whose losses differ in size compare (1 would be noise as large as the signal); and
+    ``used`` (draws that gave the method something to learn from); ‖ḡ‖² is corrected for ḡ's own noise
+    (minus the summed variance / draws), and the ratio is None when the signal is not resolved (≤ 0). PPO's critic is fresh (V = 0 at the
+    start), so its noise is that of its first steps.
+    """
+    import torch
+
+    from grpo_edu.training.critic import Critic
+    from grpo_edu.training.engine import generate
+    from grpo_edu.training.rollout import completion_logprobs
+
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    base = GRPOTrainer(_config(seed, eval_size=0))
+    model, tokenizer = base.model, base.tokenizer
+    rows = base.batch_for(1)[:batch_size]
+    critic = Critic(model)
+    grads = {name: [] for name in names}
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + 7)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for _ in range(resamples):
+        model.eval()
+        with torch.no_grad():
+            rollout = generate(model, tokenizer, [r["prompt"] for r in rows], num_generations=num_generations,
+                               max_new_tokens=base.config.max_completion_length, generator=generator)
+            ref, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask,
+                                         rollout.completion_ids.shape[1])
+        model.train()
+        rewards, _ = base._score(rows, rollout)
+        for name in names:
+            loss = method_loss(name, model, rollout, rewards, critic=critic, ref_logprobs=ref)
+            if loss is None:
+                continue
+            g = torch.autograd.grad(loss, params, allow_unused=True)
+            grads[name].append(torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1)
+                                          for x, p in zip(g, params)]).double())
+    out = {}
+    for name, gs in grads.items():
+        if len(gs) < 2:
+            out[name] = {"noise_to_signal": None, "used": len(gs)}
+            continue
+        G, n = torch.stack(gs), len(gs)                                            # (draws, weights)
+        mean = G.mean(0)
+        spread = ((G - mean) ** 2).sum(1).sum() / (n - 1)                          # E‖g − E g‖², unbiased
+        signal = (mean ** 2).sum() - spread / n                                    # ‖E g‖², unbiased (ḡ's own noise out)
+        out[name] = {"noise_to_signal": float(spread / signal) if signal > 0 else None, "used": n,
+                     "noise": float(spread), "signal": float(signal)}
+    return out
+
+
+# --- a step's cost, in a child process (the critic's memory) ------------------------------------------------
+def _step_cost_child(name, steps, warmup):
+    """In this process: time ``steps`` steps of ``name`` after ``warmup``; count what it trains."""
+    import resource
+
+    import torch
+
+    from grpo_edu.training.family import make_trainer
+
+    config = _config(0, steps=steps + warmup, eval_size=0)
+    trainer = make_trainer(name, config)
+    times = []
+    for i in range(steps + warmup):
+        start = time.perf_counter()
+        trainer.step()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    models = [trainer.model] + ([trainer.critic] if hasattr(trainer, "critic") else [])
+    trained = sum(p.numel() for m in models for p in m.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in trainer.ref_model.parameters()) if trainer.ref_model is not None else 0
+    return {"method": name, "median_step_s": statistics.median(times),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "trained_weights": trained, "frozen_weights": frozen,
+            # float32 weights + gradients + AdamW's two moments, and the frozen reference's weights
+            "state_mib": (trained * 4 * 4 + frozen * 4) / 2 ** 20, "torch_threads": torch.get_num_threads()}
+
+
+def step_cost(names=ORDER, *, steps=8, warmup=2):
+    """{method: its step's cost}, each method in a fresh child process, one after the other (bench-style):
+    ``median_step_s``, ``peak_rss_mib`` (the child's peak resident memory), ``trained_weights`` (the policy's,
+    plus the critic's for PPO), ``frozen_weights`` (π_ref) and ``state_mib`` (their float32 weights, gradients
+    and AdamW moments). Time and resident memory depend on the machine; the weight counts do not."""
+    out = {}
+    for name in names:
+        code = (f"import json; from grpo_edu.course.family import _step_cost_child; "
+                f"print(json.dumps(_step_cost_child({name!r}, {steps}, {warmup})))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"the step-cost child of {name!r} failed:\n{done.stderr[-2000:]}")
+        out[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+# --- stored runs and their tables ---------------------------------------------------------------------------
+def stored_runs(folder=None):
+    """Every stored run under ``assets/family`` (or ``folder``), merged: ({method: [rows]}, info), as
+    ``variants.stored_race`` merges lesson 12's race. ``info`` also holds ``gradient_noise`` and ``step_cost``
+    ({kernels: {seed or "cost": …}}) where a file has them."""
+    from pathlib import Path
+
+    from grpo_edu.common import _checks
+    from grpo_edu.course import variants
+    from grpo_edu.training.models import ASSETS
+
+    folder = Path(folder) if folder is not None else ASSETS / FAMILY_DIR
+    if not sorted(folder.glob("*.json")):
+        _checks.fail("folder", f"holds no stored family run (*.json) at {folder}",
+                     "make one with grpo-edu family --seeds 0 1 2 --json FILE")
+    results, info = variants.stored_race(folder)
+    info["gradient_noise"], info["step_cost"] = {}, {}
+    for path in sorted(folder.glob("*.json")):
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        kernels = stored["cpu_capability"]
+        for seed, noise in stored.get("gradient_noise", {}).items():
+            info["gradient_noise"].setdefault(kernels, {})[int(seed)] = noise
+        if stored.get("step_cost"):
+            info["step_cost"][kernels] = stored["step_cost"]
+    return {name: results[name] for name in (*ORDER, *sorted(set(results) - set(ORDER))) if name in results}, info
+
+
+def target_rows(results):
+    """Per method: in how many runs the training accuracy reached :data:`TARGET`, and the median steps and
+    generated tokens to it over those runs (for ``viz.Table``)."""
+    rows = []
+    for name, runs in results.items():
+        reached = [r for r in runs if r["tokens_to_target"] is not None]
+        rows.append({"method": name, "reached the target": f"{len(reached)} of {len(runs)} runs",
+                     "steps to it (median)": statistics.median(r["steps_to_target"] for r in reached) if reached else None,
+                     "generated tokens to it (median)":
+                         statistics.median(r["tokens_to_target"] for r in reached) if reached else None})
+    return rows
+
+
+def noise_rows(info):
+    """Per method: the gradient's noise-to-signal ratio, median [min, max] over every stored (seed, kernel set)."""
+    from grpo_edu.course.variants import _cell
+
+    values = {}
+    for seeds in info["gradient_noise"].values():
+        for noise in seeds.values():
+            for name, v in noise.items():
+                if v["noise_to_signal"] is not None:
+                    values.setdefault(name, []).append(v["noise_to_signal"])
+    return [{"method": name, "noise / signal (median [min, max])": _cell(values[name])}
+            for name in ORDER if name in values]
+
+
+def format_table(results):
+    """One line per method: each metric's median over the runs, then [min, max] when there are several."""
+    from grpo_edu.course.variants import summary_rows
+
+    rows = summary_rows(results, METRICS)
+    table = [["method", *METRICS]] + [[row["variant"], *(row[m] for m in METRICS)] for row in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+
+
+def _check_args(parser, args):
+    """Every argument, before any run (a long comparison must not end on a bad --json path)."""
+    from grpo_edu.common import _checks
+
+    seeds = args.seeds if args.seeds is not None else [0]
+    for seed in seeds:
+        if seed < 0:
+            parser.error(f"--seeds: {seed} is negative. Fix: give seeds of 0 or more, e.g. --seeds 0 1 2")
+    for flag, values in (("--seeds", seeds), ("--methods", args.methods)):
+        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if twice:
+            parser.error(f"{flag}: {twice[0]} is given twice, so its runs would be counted twice. Fix: give each once")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps: is {args.steps}. Fix: give 1 or more (default {COMMON['total_training_steps']})")
+    if args.resamples < 2:
+        parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws)")
+    if args.overwrite and not args.json:
+        parser.error("--overwrite: replaces the --json file, but no --json is given. Fix: drop --overwrite, or "
+                     "add --json FILE")
+    if args.json:
+        problem = _checks.output_file_problem(args.json, overwrite=args.overwrite)
+        if problem:
+            parser.error(f"--json: {problem[0]}. Fix: {problem[1]}")
+    args.seeds = seeds
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="grpo-edu family", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
+    parser.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
+    parser.add_argument("--steps", type=int, default=None, help=f"default {COMMON['total_training_steps']}")
+    parser.add_argument("--resamples", type=int, default=24,
+                        help="answer draws per seed for the gradient's noise (default 24, at least 2)")
+    parser.add_argument("--cost", action="store_true",
+                        help="also time each method's step and measure its memory, each in a child process")
+    parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON (an existing file is "
+                                                       "refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
+    start = time.perf_counter()
+    results = comparison(args.methods, args.seeds, steps=args.steps, progress=True)
+    noise = {seed: gradient_noise(args.methods, resamples=args.resamples, seed=seed) for seed in args.seeds}
+    cost = step_cost(args.methods) if args.cost else None
+    print(format_table(results))
+    for name in args.methods:
+        values = [noise[s][name]["noise_to_signal"] for s in args.seeds]
+        print(f"{name:12s} gradient noise / signal: " + ", ".join("-" if v is None else f"{v:.3g}" for v in values))
+    if cost:
+        for name, row in cost.items():
+            print(f"{name:12s} {row['median_step_s']:.3f} s/step  peak {row['peak_rss_mib']:.0f} MiB  "
+                  f"{row['trained_weights']} trained weights, {row['frozen_weights']} frozen")
+    print(f"{len(args.methods)} methods × {len(args.seeds)} seeds in {time.perf_counter() - start:.0f} s")
+    if args.json:
+        import torch
+
+        from grpo_edu.common import _checks
+
+        stored = {"command": "grpo-edu family " + " ".join(sys.argv[1:] if argv is None else argv),
+                  "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+                  "results": results, "gradient_noise": noise, "step_cost": cost}
+        written = _checks.write_result_file(args.json, json.dumps(stored, indent=1), overwrite=args.overwrite)
+        if str(written) != args.json:
+            print(f"{args.json} appeared during the runs (another run?): kept it, and wrote {written}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
