@@ -317,15 +317,39 @@ def child_trl(t0, steps, warmup):
     settings = workload["settings"]
     task = get_task(workload["task"])
     times, marks = [], {"start": None, "first_end": None, "tokens": 0.0}
+    spent, parts = {}, {part: [] for part in ("sampling", "reference", "policy", "optimizer", "other")}
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
+            spent.clear()
             marks["start"] = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            marks["optimizer"] = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kw):
+            spent["optimizer"] = spent.get("optimizer", 0.0) + time.perf_counter() - marks["optimizer"]
 
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - marks["start"])
             if marks["first_end"] is None:
                 marks["first_end"] = time.time()
+            if state.global_step > warmup:         # TRL's parts, as step_cost.timed_step splits grpo_edu's
+                policy = spent.get("training_step", 0.0) - spent.get("prepare", 0.0)
+                split = {"sampling": spent.get("sampling", 0.0), "reference": spent.get("reference", 0.0),
+                         "policy": policy, "optimizer": spent.get("optimizer", 0.0)}
+                split["other"] = max(times[-1] - sum(split.values()), 0.0)
+                for part, value in split.items():
+                    parts[part].append(value)
+
+    def timed(part, function):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
+        return wrapper
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs and state.global_step > warmup:
@@ -344,8 +368,16 @@ def child_trl(t0, steps, warmup):
                          seed=0, disable_tqdm=True, dataloader_num_workers=0)
         trainer = TRLTrainer(model=_model_dir(workload), reward_funcs=[reward_addition], args=args,
                              train_dataset=datasets.Dataset.from_list(task.split("train")), callbacks=[Timer()])
+        # TRL's step: training_step → _prepare_inputs (generation: _generate, then the reference model's
+        # log-probs; with one iteration no π_θold pass) → compute_loss and backward; then the optimizer step
+        logps = trainer._get_per_token_logps_and_entropies
+        trainer._get_per_token_logps_and_entropies = lambda model, *a, **kw: (
+            timed("reference", logps) if model is trainer.ref_model else logps)(model, *a, **kw)
+        trainer._generate = timed("sampling", trainer._generate)
+        trainer._prepare_inputs = timed("prepare", trainer._prepare_inputs)
+        trainer.training_step = timed("training_step", trainer.training_step)
         trainer.train()
-    return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
+    return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"], parts)
 
 
 # --- samplers (grpo-edu bench --sampler) -------------------------------------------------------
