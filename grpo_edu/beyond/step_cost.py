@@ -153,19 +153,27 @@ def timed_step(trainer):
                "_ref_logprobs": timed("reference", trainer._ref_logprobs),
                "_update": timed("policy", trainer._update,
                                 lambda a, out: tokens.__setitem__("trained", lengths(a[0])))}
-    optimizer_step = trainer.optimizer.step
     with contextlib.ExitStack() as undo:
         for name, function in wrapped.items():
-            setattr(trainer, name, function)
-            undo.callback(delattr, trainer, name)                                      # back to the class's method
-        trainer.optimizer.step = timed("optimizer", optimizer_step)
-        undo.callback(delattr, trainer.optimizer, "step")
+            _wrap(undo, trainer, name, function)
+        _wrap(undo, trainer.optimizer, "step", timed("optimizer", trainer.optimizer.step))
         start = time.perf_counter()
         metrics = trainer.step()
         total = time.perf_counter() - start
     spent["policy"] -= spent["optimizer"]                                             # the update holds the steps
     spent["other"] = max(total - sum(spent[p] for p in PARTS[:-1]), 0.0)
     return metrics, spent, tokens
+
+
+def _wrap(undo, owner, name, function):
+    """Set ``owner.name = function`` until ``undo`` closes; then what was there before (a wrapper of someone
+    else's, or the class's own method) is back."""
+    own = vars(owner)
+    if name in own:
+        undo.callback(setattr, owner, name, own[name])
+    else:
+        undo.callback(delattr, owner, name)
+    setattr(owner, name, function)
 
 
 def flops_of_step(trainer, tokens):

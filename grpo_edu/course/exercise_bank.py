@@ -326,4 +326,13 @@ EXERCISES: dict[str, Any] = {
                      "GRPO: r·Â is clipped at 1 + ε = 1.2 when Â > 0, and the clipped term has no gradient. CISPO: the "
                      "weight min(r, ε_max) times Â. SAPO: d/dlog π of σ(τ(r − 1))·4/τ·Â is 4σ'(τ(r − 1))·r·Â, "
                      "with σ' = σ(1 − σ).", tolerance=0.01),
+    # lesson 14: the cost of a step
+    "14.1": CodeExercise("Write my_forward_flops(L, D, H, K, d, I, V, tokens, context): the FLOPs of a Llama forward "
+                         "pass over `tokens` new tokens of one row after `context` earlier ones, logits for every new "
+                         "token. Per token and layer: 2 FLOPs per weight of q, k, v (D × (H + 2K)·d), o (H·d × D) and "
+                         "the MLP (3 × D × I); attention 4·H·d per position the token sees (the token at position p, "
+                         "counted from 1, sees p); the output head 2·D·V per token.",
+                         solve.forward_flops_ref, solve.forward_flops_input,
+                         "a token at position p costs L·(2·weights + 4·H·d·p) + 2·D·V; the new tokens sit at "
+                         "positions context + 1 … context + tokens, so sum p over those.", tolerance=0.5),
 }
