@@ -153,3 +153,15 @@ def test_trls_loss_on_the_same_adapter_equals_ours(random_model, char_tokenizer,
     g_ours = torch.autograd.grad(ours, [dict(ours_model.named_parameters())[n] for n in adapter])
     for a, b in zip(g_theirs, g_ours):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_lora_steps_memory_has_no_reference_copy_and_moments_for_the_adapter_only():
+    from grpo_edu.beyond.step_cost import memory_parts
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(**SMALL, lora_rank=4))
+    trainer.step()
+    parts = memory_parts(trainer, trainer._sample(["12+34=", "5+5="]))
+    trainable, total = lora.trainable_fraction(trainer.model)
+    assert parts["reference"] == 0 and parts["weights"] == 4 * total
+    assert parts["gradients"] == 4 * trainable and parts["optimizer"] == 2 * 4 * trainable

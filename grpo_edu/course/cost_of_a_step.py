@@ -168,3 +168,12 @@ def stacked_bars(rows, parts, *, scale=1.0, unit="", title=""):
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def model_config(workload):
+    """The ``transformers`` config of a workload's model (its shape, for the FLOP count)."""
+    from transformers import AutoConfig
+
+    from grpo_edu.training.models import locate_model
+
+    return AutoConfig.from_pretrained(str(locate_model(WORKLOADS[workload]["model"])[0]))

@@ -15,6 +15,8 @@ trainer; :func:`add_lora` does it to any model. Settings that cannot apply are r
 work, naming the field: a rank ≤ 0, a target module the model does not have.
 """
 
+import warnings
+
 import torch
 
 from grpo_edu.common import _checks
@@ -76,7 +78,9 @@ def add_lora(model, rank=8, alpha=16.0, target_modules=ALL_LINEAR):
         if missing:
             _checks.fail("lora_target_modules", f"names {', '.join(missing)}, which {type(model).__name__} does not "
                          f"have", f"pick from its Linear layers: {', '.join(have)}; or pass 'all-linear'")
-    return _peft().get_peft_model(model, lora_config(rank, alpha, target_modules))
+    with warnings.catch_warnings():                     # peft calls transformers' deprecated names: not ours to fix
+        warnings.simplefilter("ignore", FutureWarning)
+        return _peft().get_peft_model(model, lora_config(rank, alpha, target_modules))
 
 
 def is_lora(model):
