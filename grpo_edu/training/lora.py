@@ -4,7 +4,7 @@ LoRA (Hu et al. 2021) freezes a weight matrix W (out × in) and learns a low-ran
 
     h = W x + (α / r) · B A x          A: (r, in), B: (out, r), r ≪ in; B starts at 0, so the model starts as W
 
-Only A and B are trained: for the sums model's seven projections per layer, rank 8 is about 9 % of
+Only A and B are trained: for the sums model's seven projections per layer, rank 8 is about 11 % of
 its weights, and AdamW keeps moments for those alone. The reference model of GRPO's KL term is the
 starting policy, and with LoRA that is the same network with the adapter switched off
 (``peft``'s ``with model.disable_adapter():``), so no second copy is kept: :class:`AdapterOff` is
@@ -75,7 +75,7 @@ def add_lora(model, rank=8, alpha=16.0, target_modules=ALL_LINEAR):
     if targets != ALL_LINEAR:
         have = linear_names(model)
         missing = [name for name in targets if name not in have]
-        if False:
+        if missing:
             _checks.fail("lora_target_modules", f"names {', '.join(missing)}, which {type(model).__name__} does not "
                          f"have", f"pick from its Linear layers: {', '.join(have)}; or pass 'all-linear'")
     with warnings.catch_warnings():                     # peft calls transformers' deprecated names: not ours to fix
