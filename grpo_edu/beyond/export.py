@@ -142,7 +142,7 @@ def to_trl(config=None, *, num_processes=1):
                                                     "held-out prompts as eval_dataset and set eval_strategy"))
     unmatched.append(("model / task", "TRL takes the model path, a datasets.Dataset of prompts and the reward "
                                       "function as GRPOTrainer arguments"))
-    return kwargs, {"why": why, "unmatched": unmatched, "peft_config": None}
+    return kwargs, {"why": why, "unmatched": unmatched, "peft_config": peft_settings(c)}
 
 
 def peft_settings(config):
