@@ -35,6 +35,7 @@ checks every import in the source):
     ``trainer``         GRPOTrainer: the loop of the algorithm box
     ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
     ``family``          GRPO's family as trainers: PPO with a critic, REINFORCE, rejection sampling, DPO
+    ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
     ``evaluation``      held-out accuracy of a model
     ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
     ``run_folder``      one run per output folder: a lock, and no mixing with another run
@@ -50,6 +51,7 @@ checks every import in the source):
     ``word_problems``   chat-template prompts and final-number/format rewards (the GPU section)
     ``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
     ``bench``           ``grpo-edu bench``: a step's time against the bare floor and TRL
+    ``step_cost``       a step's FLOPs, the time of each part, the memory of each part (lesson 14, the bench)
     ``gpu_run``         the GPU run that needs no network: build, GRPO, TRL (tiny on a CPU)
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
     ``trl_tools``       the tool settings in TRL's terms: a tool function, max_tool_calling_iterations, a rollout_func
@@ -65,6 +67,7 @@ checks every import in the source):
     ``replay_advice``   the replay article's advice (7:3 or 8:2, 6:4 late, refresh, compute) run on it
     ``clinic``          lessons 09 and 09b's sick runs: each case, its expected finding, its cure
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
+    ``cost_of_a_step``  lesson 14's measurements: time and memory by part, sample reuse, LoRA's learning rate
     ``variants``        lesson 12's race: GRPO's variants on lesson 11's model, over seeds
     ``family``          lesson 13's comparison: GRPO against its family on one budget (grpo-edu family)
     ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``

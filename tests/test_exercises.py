@@ -77,6 +77,8 @@ CORRECT = {
     "12.3": lambda rw: [[x - (sum(row) - x) / (len(row) - 1) for x in row] for row in rw.tolist()],
     "12.4": lambda r, a, tp, tn: [-(4 / t) * ai / (1 + math.exp(-t * (ri - 1)))
                                   for ri, ai in zip(r, a) for t in [tp if ai > 0 else tn]],
+    "14.1": lambda L, D, H, K, d, I, V, n, c: sum(L * (2 * (D * (H + 2 * K) * d + H * d * D + 3 * D * I) + 4 * H * d * p)
+                                                  + 2 * D * V for p in range(c + 1, c + n + 1)),
     "15.1": lambda ids, end, lens: _tool_mask_by_hand(ids.tolist(), end, lens.tolist()),
 }
 
@@ -131,6 +133,11 @@ WRONG = {
              lambda rw: rw - (rw.sum(axis=1, keepdims=True) - rw) / rw.shape[1]],      # divides by G
     "12.4": [lambda r, a, tp, tn: -(4 / tp) * a / (1 + np.exp(-tp * (r - 1))),         # one τ for both signs
              lambda r, a, tp, tn: -np.minimum(r * a, np.clip(r, 0.8, 1.2) * a)],       # GRPO's clip
+    "14.1": [lambda L, D, H, K, d, I, V, n, c: n * (L * 2 * (D * 3 * H * d + H * d * D + 3 * D * I) + 2 * D * V)
+             + L * 4 * H * d * sum(range(c + 1, c + n + 1)),                          # K = H: no grouped KV heads
+             lambda L, D, H, K, d, I, V, n, c: n * (L * 2 * (D * (H + 2 * K) * d + H * d * D + 3 * D * I) + 2 * D * V),
+             lambda L, D, H, K, d, I, V, n, c: sum(L * (2 * (D * (H + 2 * K) * d + H * d * D + 3 * D * I)
+                                                        + 4 * H * d * p) + 2 * D * V for p in range(1, n + 1))],
     "15.1": [lambda ids, end, lens: (np.cumsum(ids == end) == 0).astype(int),             # only before the first call
              lambda ids, end, lens: np.where(np.roll(ids == end, 1), 0, 1)],              # one token after every "]"
 }

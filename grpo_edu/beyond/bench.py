@@ -68,13 +68,32 @@ def _peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def _report(name, t0, step_times, tokens, first_step_end):
-    return {"name": name, "median_step_s": statistics.median(step_times), "steps": len(step_times),
-            "tokens_per_s": tokens / sum(step_times), "first_step_s": first_step_end - t0,
-            "peak_rss_mib": _peak_rss_mib()}
+def _report(name, t0, step_times, tokens, first_step_end, parts=None, flops=None):
+    """One contender's numbers; ``parts``: {part: [seconds per timed step]} (``step_cost.PARTS``), and
+    ``flops``: [FLOPs per timed step] (``step_cost.step_flops``), where the contender can say them."""
+    report = {"name": name, "median_step_s": statistics.median(step_times), "steps": len(step_times),
+              "tokens_per_s": tokens / sum(step_times), "first_step_s": first_step_end - t0,
+              "peak_rss_mib": _peak_rss_mib()}
+    if parts:
+        report["parts_s"] = {part: statistics.median(values) for part, values in parts.items()}
+    if flops:
+        report["flops"] = statistics.median(flops)
+    return report
+
+
+def _matmul_limit(report, config, rows, tokens):
+    """Add this core's matmul throughput (FLOP/s, on the training pass's shape) and the arithmetic limit of the
+    median step (its FLOPs at that throughput, in seconds) to ``report``."""
+    from grpo_edu.beyond.step_cost import matmul_flops_per_s, training_matmul_shape
+
+    report["matmul_flops_per_s"] = matmul_flops_per_s(*training_matmul_shape(config, rows, tokens))
+    report["limit_s"] = report["flops"] / report["matmul_flops_per_s"]
+    return report
 
 
 def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
+    """``GRPOTrainer.step()``, each step split into its parts (``step_cost.timed_step``) and its FLOPs counted."""
+    from grpo_edu.beyond.step_cost import PARTS, flops_of_step, timed_step
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
@@ -84,16 +103,23 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
     trainer = GRPOTrainer(GRPOConfig(**settings, model=workload["model"], task=workload["task"],
                                      total_training_steps=total, eval_size=0))
     times, tokens, first_end = [], 0, None
+    parts, flops, lengths = {part: [] for part in PARTS}, [], []
     for i in range(total):
         start = time.perf_counter()
-        m = trainer.step()
+        m, seconds, step_tokens = timed_step(trainer)
         end = time.perf_counter()
         if first_end is None:
             first_end = time.time()
         if i >= warmup:
             times.append(end - start)
             tokens += m["completion_length"] * settings["batch_size"] * settings["num_generations"]
-    return _report(name, t0, times, tokens, first_end)
+            for part, value in seconds.items():
+                parts[part].append(value)
+            flops.append(flops_of_step(trainer, step_tokens)["total"])
+            lengths.append(max(p + c for p, c in zip(*step_tokens["trained"])))
+    report = _report(name, t0, times, tokens, first_end, parts, flops)
+    rows = settings["batch_size"] * settings["num_generations"]
+    return _matmul_limit(report, trainer.model.config, rows, int(statistics.median(lengths)))
 
 
 # --- replay (grpo-edu bench --replay) ---------------------------------------------------------
@@ -238,8 +264,10 @@ def child_floor(t0, steps, warmup):
     gen = torch.Generator().manual_seed(settings["seed"])
     cache_kw = _cache_name(policy)      # "cache" (transformers ≥ 5.2x) or "past_key_values"
     times, tokens, first_end = [], 0, None
+    parts = {"sampling": [], "reference": [], "policy": [], "optimizer": []}
     for i in range(steps + warmup):
         start = time.perf_counter()
+        marks = [start]                                         # the end of each part, in PARTS order
         batch = [r["prompt"] for r in rows[i * B:(i + 1) * B]]
         ids = tok(batch, return_tensors="pt", padding=True, padding_side="left")["input_ids"].repeat_interleave(G, 0)
         with torch.no_grad():                                   # sampling with the KV cache
@@ -256,20 +284,26 @@ def child_floor(t0, steps, warmup):
         T = len(new)
         completion = seq[:, -T:]
         real = ((completion == tok.eos_token_id).cumsum(1) - (completion == tok.eos_token_id).long()) == 0
+        marks.append(time.perf_counter())
         with torch.no_grad():                                   # reference forward
             ref(input_ids=seq, logits_to_keep=T + 1)
+        marks.append(time.perf_counter())
         logits = policy(input_ids=seq, logits_to_keep=T + 1).logits[:, :-1]    # policy forward
         lp = torch.log_softmax(logits.float(), -1).gather(-1, seq[:, -T:, None])
         lp.mean().backward()                                    # backward
+        marks.append(time.perf_counter())
         opt.step()                                              # optimizer step
         opt.zero_grad(set_to_none=True)
         end = time.perf_counter()
+        marks.append(end)
         if first_end is None:
             first_end = time.time()
         if i >= warmup:
             times.append(end - start)
             tokens += int(real.sum())
-    return _report("floor", t0, times, tokens, first_end)
+            for part, begin, finish in zip(parts, marks, marks[1:]):
+                parts[part].append(finish - begin)
+    return _report("floor", t0, times, tokens, first_end, parts)
 
 
 def child_trl(t0, steps, warmup):
@@ -283,15 +317,39 @@ def child_trl(t0, steps, warmup):
     settings = workload["settings"]
     task = get_task(workload["task"])
     times, marks = [], {"start": None, "first_end": None, "tokens": 0.0}
+    spent, parts = {}, {part: [] for part in ("sampling", "reference", "policy", "optimizer", "other")}
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
+            spent.clear()
             marks["start"] = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            marks["optimizer"] = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kw):
+            spent["optimizer"] = spent.get("optimizer", 0.0) + time.perf_counter() - marks["optimizer"]
 
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - marks["start"])
             if marks["first_end"] is None:
                 marks["first_end"] = time.time()
+            if state.global_step > warmup:         # TRL's parts, as step_cost.timed_step splits grpo_edu's
+                policy = spent.get("training_step", 0.0) - spent.get("prepare", 0.0)
+                split = {"sampling": spent.get("sampling", 0.0), "reference": spent.get("reference", 0.0),
+                         "policy": policy, "optimizer": spent.get("optimizer", 0.0)}
+                split["other"] = max(times[-1] - sum(split.values()), 0.0)
+                for part, value in split.items():
+                    parts[part].append(value)
+
+    def timed(part, function):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
+        return wrapper
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "completions/mean_length" in logs and state.global_step > warmup:
@@ -310,8 +368,16 @@ def child_trl(t0, steps, warmup):
                          seed=0, disable_tqdm=True, dataloader_num_workers=0)
         trainer = TRLTrainer(model=_model_dir(workload), reward_funcs=[reward_addition], args=args,
                              train_dataset=datasets.Dataset.from_list(task.split("train")), callbacks=[Timer()])
+        # TRL's step: training_step → _prepare_inputs (generation: _generate, then the reference model's
+        # log-probs; with one iteration no π_θold pass) → compute_loss and backward; then the optimizer step
+        logps = trainer._get_per_token_logps_and_entropies
+        trainer._get_per_token_logps_and_entropies = lambda model, *a, **kw: (
+            timed("reference", logps) if model is trainer.ref_model else logps)(model, *a, **kw)
+        trainer._generate = timed("sampling", trainer._generate)
+        trainer._prepare_inputs = timed("prepare", trainer._prepare_inputs)
+        trainer.training_step = timed("training_step", trainer.training_step)
         trainer.train()
-    return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"])
+    return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"], parts)
 
 
 # --- samplers (grpo-edu bench --sampler) -------------------------------------------------------
@@ -455,6 +521,24 @@ def step_ms(rounds=5, steps=20, warmup=3, threads=1):
                              for _ in range(rounds)) * 1000
 
 
+def print_parts(rounds, names):
+    """Each contender's median step split into its parts (milliseconds, medians over the rounds), and the
+    arithmetic limit of grpo_edu's step; a contender that cannot be split says so."""
+    from grpo_edu.beyond.step_cost import PARTS
+
+    print(f"\nwhere a step's time goes (ms, medians over {len(rounds)} rounds)")
+    print(f"{'':10} " + " ".join(f"{part:>10}" for part in PARTS) + f" {'step':>10}")
+    for name in names:
+        if "parts_s" not in rounds[0][name]:
+            print(f"{name:10} (cannot be split: {rounds[0][name].get('parts_note', 'no timer inside it')})")
+            continue
+        cells = [statistics.median(rnd[name]["parts_s"].get(part, 0.0) for rnd in rounds) * 1000 for part in PARTS]
+        step = statistics.median(rnd[name]["median_step_s"] for rnd in rounds) * 1000
+        print(f"{name:10} " + " ".join(f"{c:10.1f}" for c in cells) + f" {step:10.1f}")
+    limit = statistics.median(rnd["grpo_edu"]["limit_s"] for rnd in rounds) * 1000
+    print(f"{'limit':10} {limit:10.2f} ms: grpo_edu's step's FLOPs at this core's matmul throughput")
+
+
 def _ratio_line(label, values, goal):
     values = sorted(values)
     return (f"{label:28} median {statistics.median(values):.2f}×, range {values[0]:.2f}–{values[-1]:.2f}× "
@@ -546,6 +630,7 @@ def main(argv=None):
     for name in names:
         print(f"{name:10} {med(name, 'median_step_s'):10.4f} {med(name, 'tokens_per_s'):10.0f} "
               f"{med(name, 'first_step_s'):17.2f} {med(name, 'peak_rss_mib'):13.0f}")
+    print_parts(rounds, names)
     print()
     print(_ratio_line("grpo_edu step / floor step", [rnd["grpo_edu"]["median_step_s"] / rnd["floor"]["median_step_s"]
                                                      for rnd in rounds],
@@ -555,6 +640,10 @@ def main(argv=None):
                                                        for rnd in rounds], "goal ≥ 1.5×"))
         print(_ratio_line("peak RSS grpo_edu / TRL", [rnd["grpo_edu"]["peak_rss_mib"] / rnd["trl"]["peak_rss_mib"]
                                                       for rnd in rounds], "goal < 1"))
+    print(_ratio_line("grpo_edu step / arithmetic limit", [rnd["grpo_edu"]["median_step_s"] / rnd["grpo_edu"]["limit_s"]
+                                                            for rnd in rounds],
+                      f"the step's {med('grpo_edu', 'flops') / 1e9:.2f} GFLOP at "
+                      f"{med('grpo_edu', 'matmul_flops_per_s') / 1e9:.1f} GFLOP/s, this core's matmul"))
     print(f"start → first step (grpo_edu): median {med('grpo_edu', 'first_step_s'):.2f} s")
     if args.json:
         from grpo_edu.common import _checks

@@ -142,7 +142,20 @@ def to_trl(config=None, *, num_processes=1):
                                                     "held-out prompts as eval_dataset and set eval_strategy"))
     unmatched.append(("model / task", "TRL takes the model path, a datasets.Dataset of prompts and the reward "
                                       "function as GRPOTrainer arguments"))
-    return kwargs, {"why": why, "unmatched": unmatched}
+    return kwargs, {"why": why, "unmatched": unmatched, "peft_config": peft_settings(c)}
+
+
+def peft_settings(config):
+    """``peft.LoraConfig`` keyword arguments of ``config``'s LoRA (None without one). TRL takes them as
+    ``GRPOTrainer(peft_config=LoraConfig(**settings))``, not in its GRPOConfig, and then, as grpo_edu, uses
+    the model with its adapter switched off as the reference (no ref_model copy)."""
+    if config.lora_rank is None:
+        return None
+    from grpo_edu.training.lora import target_list
+
+    return {"r": config.lora_rank, "lora_alpha": config.lora_alpha,
+            "target_modules": target_list(config.lora_target_modules), "lora_dropout": 0.0, "bias": "none",
+            "task_type": "CAUSAL_LM"}
 
 
 def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
@@ -246,6 +259,10 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         unmatched.append(("mask_truncated_completions", "verl has no switch that drops cut answers from the loss; "
                                                         "its DAPO recipe shapes their reward instead "
                                                         "(reward_model.overlong_buffer: the soft overlong punishment)"))
+    if c.lora_rank is not None:
+        unmatched.append(("lora_rank", f"not exported to verl: its LoRA settings are actor_rollout_ref.model.lora_rank="
+                                       f"{c.lora_rank}, lora_alpha={c.lora_alpha:g} and target_modules "
+                                       f"({c.lora_target_modules}); check them against your verl version"))
     unmatched.append(("task / rewards", "verl reads prompts from parquet files (data.train_files) and scores them "
                                         "with a reward function it imports (custom_reward_function.path)"))
     overrides = [f"{k}={_verl_value(v)}" for k, v in pairs]
@@ -287,5 +304,8 @@ def format_export(result, target):
     else:
         lines += [f"{o}" + (f"    # {info['why'][o.split('=')[0]]}" if o.split("=")[0] in info["why"] else "")
                   for o in values]
+    if info.get("peft_config"):
+        settings = ", ".join(f"{k}={v!r}" for k, v in info["peft_config"].items())
+        lines += ["", f"# LoRA: GRPOTrainer(..., peft_config=peft.LoraConfig({settings}))"]
     lines += ["", "# not matched exactly:"] + [f"#   {field}: {reason}" for field, reason in info["unmatched"]]
     return "\n".join(lines)

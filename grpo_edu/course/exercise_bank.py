@@ -342,4 +342,13 @@ EXERCISES: dict[str, Any] = {
                          solve.gae_ref, solve.gae_input,
                          "loop t from T − 1 down to 0, carrying Â_{t+1} (0 after the end) and V_{t+1} (0 after the "
                          "end); γ multiplies V_{t+1} in δ_t, and γ·λ multiplies Â_{t+1}."),
+    # lesson 14: the cost of a step
+    "14.1": CodeExercise("Write my_forward_flops(L, D, H, K, d, I, V, tokens, context): the FLOPs of a Llama forward "
+                         "pass over `tokens` new tokens of one row after `context` earlier ones, logits for every new "
+                         "token. Per token and layer: 2 FLOPs per weight of q, k, v (D × (H + 2K)·d), o (H·d × D) and "
+                         "the MLP (3 × D × I); attention 4·H·d per position the token sees (the token at position p, "
+                         "counted from 1, sees p); the output head 2·D·V per token.",
+                         solve.forward_flops_ref, solve.forward_flops_input,
+                         "a token at position p costs L·(2·weights + 4·H·d·p) + 2·D·V; the new tokens sit at "
+                         "positions context + 1 … context + tokens, so sum p over those.", tolerance=0.5),
 }

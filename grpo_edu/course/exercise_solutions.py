@@ -489,3 +489,22 @@ def tool_mask_input(rng):
         replies.append(len(reply))
     ids += rng.choice([6, 7, 8, 9], size=int(rng.integers(1, 4))).tolist()
     return (np.array(ids), 5, np.array(replies, dtype=int))
+
+
+def forward_flops_ref(L, D, H, K, d, I, V, tokens, context):
+    from types import SimpleNamespace
+
+    from grpo_edu.beyond.step_cost import forward_flops
+
+    config = SimpleNamespace(num_hidden_layers=L, hidden_size=D, num_attention_heads=H, num_key_value_heads=K,
+                             head_dim=d, intermediate_size=I, vocab_size=V)
+    return forward_flops(config, tokens, context=context)
+
+
+def forward_flops_input(rng):
+    """A random small Llama shape (grouped KV heads: K divides H) and a pass of 0–20 tokens after 0–50."""
+    H = int(rng.choice([1, 2, 4, 8]))
+    K = int(rng.choice([k for k in (1, 2, 4, 8) if H % k == 0]))
+    d = int(rng.choice([8, 16, 32]))
+    return (int(rng.integers(1, 5)), H * d, H, K, d, int(rng.integers(8, 300)), int(rng.integers(10, 500)),
+            int(rng.integers(0, 21)), int(rng.integers(0, 51)))

@@ -81,5 +81,16 @@ PREDICTIONS: dict[str, Prediction] = {
     "12.P3": Prediction("Dynamic sampling (DAPO) drops the dead groups of a step and samples 8 more prompts at a "
                         "time until the step holds 8 live groups. Over the same 6 steps, how many times plain "
                         "GRPO's completions will it generate?", tolerance=0.25),
+    "14.P1": Prediction("A step of lesson 11's model (32 answers of up to 42 tokens) with the readable loop sampler. "
+                        "Which part takes the most time: 'sampling', 'reference', 'policy' (forward and backward) or "
+                        "'optimizer'?", choices=("sampling", "reference", "policy", "optimizer")),
+    "14.P2": Prediction("One sampled batch, four optimizer updates on it (num_iterations = 4). After the fourth "
+                        "update, the share of answer tokens whose ratio π_θ/π_θold has left [0.8, 1.2] will be, "
+                        "compared with after the first: 'larger', 'about the same' or 'smaller'?",
+                        choices=("larger", "about the same", "smaller")),
+    "14.P3": Prediction("LoRA (rank 8) at full fine-tuning's learning rate, 3e-4. After two updates, how far will "
+                        "it have moved the policy off the sampler, compared with full fine-tuning: 'about as far', "
+                        "'less than half as far' or 'further'?",
+                        choices=("about as far", "less than half as far", "further")),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

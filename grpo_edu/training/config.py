@@ -219,6 +219,13 @@ class GRPOConfig:
     """"auto" (CUDA when present, else CPU), "cpu" or "cuda". On CUDA the forward passes run in bf16 autocast."""
     trust_remote_code: bool = False
     """Allow a hub model to run its own Python code. Off: only turn on for code you have read."""
+    lora_rank: int | None = None
+    """r: train a LoRA adapter of this rank through peft instead of every weight (lesson 14); None = full
+    fine-tuning. With LoRA, π_ref is the policy with its adapter switched off: no second copy (TRL's peft_config)."""
+    lora_alpha: float = 16.0
+    """α: the adapter's update is scaled by α / r (peft's lora_alpha; usually 2 × lora_rank)."""
+    lora_target_modules: str = "all-linear"
+    """Which Linear layers get an adapter: names separated by commas ("q_proj,v_proj"), or "all-linear"."""
 
     def __post_init__(self):
         for name in ("batch_size", "num_generations", "num_iterations", "max_completion_length"):
@@ -255,6 +262,10 @@ class GRPOConfig:
             _checks.choice(name, getattr(self, name), allowed)
         self._check_variant()
         self._check_replay()
+        if self.lora_rank is not None:                # a bad rank or module list fails now; the model's names at load
+            from grpo_edu.training.lora import check_settings
+
+            check_settings(self.lora_rank, self.lora_alpha, self.lora_target_modules)
         if self.checkpoint_every and not self.output_dir:
             _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
                          "pass output_dir=… (a folder), or checkpoint_every=0")

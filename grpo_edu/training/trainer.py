@@ -43,7 +43,6 @@ or by Jupyter's Stop button runs again, with the same samples, at the next ``ste
 """
 
 import contextlib
-import copy
 import dataclasses
 import time
 import warnings
@@ -55,7 +54,7 @@ from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training import checkpoint as ckpt, engine, multi_turn, run_folder
+from grpo_edu.training import checkpoint as ckpt, engine, lora, multi_turn, run_folder
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.evaluation import evaluate_run
 from grpo_edu.training.models import load_model_and_tokenizer, pick_device
@@ -131,6 +130,8 @@ class GRPOTrainer:
                                                         trust_remote_code=config.trust_remote_code)
         elif tokenizer is None:
             _checks.fail("tokenizer", "a model was passed without its tokenizer", "pass tokenizer=… too")
+        if config.lora_rank is not None:                               # LoRA: only an adapter trains (lora.py)
+            model = lora.add_lora(model, config.lora_rank, config.lora_alpha, config.lora_target_modules)
         self.model, self.tokenizer = model.to(self.device), tokenizer
         if config.gradient_checkpointing:                              # recompute activations in backward
             if not getattr(model, "supports_gradient_checkpointing", False):
@@ -143,8 +144,8 @@ class GRPOTrainer:
         self._check_prompts_fit()                                      # unreadable or too long prompts fail now
         self.tool = self._checked_tool(tool)                           # a syntax the tokenizer cannot write fails now
         self.model.train()
-        # π_ref: a frozen copy of the starting policy, only needed for the KL term
-        self.ref_model = copy.deepcopy(model).eval().requires_grad_(False) if config.beta > 0 else None
+        # π_ref: a frozen copy of the starting policy, only needed for the KL term (LoRA: the adapter switched off)
+        self.ref_model = lora.reference_for(model) if config.beta > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
                                            betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)

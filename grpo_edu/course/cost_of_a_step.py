@@ -1,0 +1,179 @@
+"""Lesson 14's experiments: where a step's time and memory go, one generation feeding several updates, LoRA.
+
+Each function runs the real trainer (``GRPOTrainer``) and measures it with ``grpo_edu.beyond.step_cost``;
+the lesson only calls them and draws what they return.
+
+* :func:`step_costs`: a few steps of one model and sampler, split into parts (time), with the FLOPs and
+  the memory by part, and how many row-steps the sampler decoded (what the engine's dropped rows save).
+* :func:`reuse_drift`: ``num_iterations`` = μ updates per sampled batch; after each update, how far the
+  policy has moved off the sampler on that batch (the share of tokens whose ratio π_θ/π_θold left
+  [1 − ε, 1 + ε], and the mean |log ratio|), and the seconds per optimizer update.
+* :func:`lora_drift`: the same first-step drift for full fine-tuning and LoRA at several learning rates.
+"""
+
+import contextlib
+import statistics
+import time
+
+import torch
+
+from grpo_edu.beyond.step_cost import PARTS, flops_of_step, memory_parts, timed_step
+from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.rollout import completion_logprobs
+from grpo_edu.training.trainer import GRPOTrainer
+
+WORKLOADS = {
+    "adder": dict(model="bundled", task="addition", max_completion_length=8),
+    "sums": dict(model="bundled-sums", task="sums", max_completion_length=42),
+}
+"""The two bundled models, as ``grpo-edu bench`` times them: the adder (answers ≤ 8 tokens) and lesson 11's
+model that writes its working (≤ 42)."""
+
+STEP = dict(batch_size=4, num_generations=8, beta=0.04, eval_size=0)
+"""One step of the lesson's measurements: 4 prompts × G = 8 = 32 answers, β = 0.04 (a reference pass)."""
+
+
+def _trainer(workload, seed, **settings):
+    fields = {**WORKLOADS[workload], **STEP, "seed": seed, "total_training_steps": 100, **settings}
+    return GRPOTrainer(GRPOConfig(**fields))
+
+
+def step_costs(workload, sampler, *, steps=3, warmup=1, seed=0, learning_rate=1e-9, **settings):
+    """``steps`` timed steps (after ``warmup``) of ``workload`` with ``sampler``, at a learning rate so small the
+    policy stays put (as the bench: every step does the same work). Returns a dict: ``seconds`` (median per
+    part, :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (median step), ``flops`` (mean per part),
+    ``memory`` (bytes by part, on the last step's rows), ``decoded_rows`` (row-steps the loop computes: every
+    row until the batch's longest answer ends, summed over steps) and ``answer_tokens`` (row-steps that are
+    real answer tokens, what the engine computes), and the mean answer length."""
+    trainer = _trainer(workload, seed, sampler=sampler, learning_rate=learning_rate, **settings)
+    for _ in range(warmup):
+        trainer.step()
+    parts, totals, flops, decoded, answer, lengths = {p: [] for p in PARTS}, [], [], 0, 0, []
+    for _ in range(steps):
+        metrics, seconds, tokens = timed_step(trainer)
+        for part, value in seconds.items():
+            parts[part].append(value)
+        totals.append(sum(seconds.values()))
+        flops.append(flops_of_step(trainer, tokens))
+        for _, completions in tokens["sampled"]:
+            decoded += len(completions) * max(completions)
+            answer += sum(completions)
+        lengths.append(metrics["completion_length"])
+    rollout = trainer._sample([row["prompt"] for row in trainer.batch_for(trainer.step_count)])
+    return {"seconds": {p: statistics.median(v) for p, v in parts.items()}, "step_s": statistics.median(totals),
+            "flops": {k: statistics.mean(f[k] for f in flops) for k in flops[0]},
+            "memory": memory_parts(trainer, rollout), "decoded_rows": decoded, "answer_tokens": answer,
+            "completion_length": statistics.mean(lengths)}
+
+
+@contextlib.contextmanager
+def _drift_after_each_update(trainer, record, measuring=None):
+    """While open: after every optimizer update, append to ``record`` how far the policy has moved off the
+    sampler on the batch it is training on: {"outside_clip": share of answer tokens with π_θ/π_θold outside
+    [1 − ε, 1 + ε], "abs_log_ratio": mean |log π_θ − log π_θold|} (π_θold: the sampler's log-probs).
+    ``measuring``: a one-item list that adds up the seconds these measurements take."""
+    seen = {}
+    measuring = [0.0] if measuring is None else measuring
+    sample, step = trainer._sample, trainer.optimizer.step
+    eps = trainer.config.epsilon
+
+    def sampled(*args, **kwargs):
+        seen["rollout"] = sample(*args, **kwargs)
+        return seen["rollout"]
+
+    def stepped(*args, **kwargs):
+        out = step(*args, **kwargs)
+        start = time.perf_counter()
+        r = seen["rollout"]
+        with torch.no_grad():
+            now, _ = completion_logprobs(trainer.model, r.input_ids, r.attention_mask, r.completion_ids.shape[1],
+                                         temperature=trainer.config.temperature)
+        real = r.completion_mask.bool()
+        log_ratio = (now - r.logprobs)[real]                                           # log π_θ/π_θold per token
+        ratio = log_ratio.exp()
+        record.append({"outside_clip": float(((ratio < 1 - eps) | (ratio > 1 + eps)).float().mean()),
+                       "abs_log_ratio": float(log_ratio.abs().mean())})
+        measuring[0] += time.perf_counter() - start                                    # not the step's own time
+        return out
+
+    trainer._sample, trainer.optimizer.step = sampled, stepped
+    try:
+        yield
+    finally:
+        del trainer._sample, trainer.optimizer.step
+
+
+def reuse_drift(workload="sums", mus=(1, 2, 4), *, steps=2, seed=0, learning_rate=3e-4):
+    """For each μ in ``mus``: ``steps`` steps of ``num_iterations`` = μ (one sampled batch, μ optimizer updates),
+    at a learning rate that learns. Returns {μ: {"drift": [for each step, one {"outside_clip", "abs_log_ratio"}
+    per update], "clip_fraction": the trainer's mean over the updates of every step, "seconds_per_update": median step
+    seconds / μ, "sampling_share": the median share of a step spent sampling}}."""
+    results = {}
+    for mu in mus:
+        trainer = _trainer(workload, seed, sampler="engine", num_iterations=mu, learning_rate=learning_rate)
+        drift, steps_s, shares, clip, measuring = [], [], [], [], [0.0]
+        with _drift_after_each_update(trainer, drift, measuring):
+            for _ in range(steps):
+                measuring[0] = 0.0
+                metrics, seconds, _ = timed_step(trainer)
+                step_s = sum(seconds.values()) - measuring[0]                            # the drift passes left out
+                steps_s.append(step_s)
+                shares.append(seconds["sampling"] / step_s)
+                clip.append(metrics["clip_fraction"])
+        per_step = [drift[i * mu:(i + 1) * mu] for i in range(steps)]                  # μ updates per step
+        results[mu] = {"drift": per_step, "clip_fraction": statistics.mean(clip),
+                       "seconds_per_update": statistics.median(steps_s) / mu, "sampling_share": statistics.median(shares)}
+    return results
+
+
+def lora_drift(runs, *, workload="sums", seed=0, updates=2):
+    """How far ``updates`` optimizer updates (one sampled batch, num_iterations = updates) move the policy off
+    the sampler, for each run of ``runs``: {name: {"learning_rate": …, "lora_rank": None or r, …}}. Returns
+    {name: mean |log π_θ/π_θold| over the batch's answer tokens after the last update}."""
+    moved = {}
+    for name, settings in runs.items():
+        trainer = _trainer(workload, seed, sampler="engine", num_iterations=updates, **settings)
+        drift = []
+        with _drift_after_each_update(trainer, drift):
+            trainer.step()
+        moved[name] = drift[-1]["abs_log_ratio"]
+    return moved
+
+
+def engine_table():
+    """The table in ``training/engine.py``'s docstring (text): what our engine does beside what vLLM does."""
+    from grpo_edu.training import engine
+
+    lines = engine.__doc__.splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("====")]
+    if len(rules) < 2:                                       # the docstring lost its table: show all of it
+        return engine.__doc__
+    return "\n".join(lines[rules[0]:rules[-1] + 1])
+
+
+def stacked_bars(rows, parts, *, scale=1.0, unit="", title=""):
+    """One horizontal stacked bar per row of ``rows`` ({label: {part: value}}), a segment per part."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(rows) + 1.2))
+    labels = list(rows)
+    left = [0.0] * len(labels)
+    for part in parts:
+        widths = [rows[label].get(part, 0.0) * scale for label in labels]
+        ax.barh(labels, widths, left=left, label=part)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def model_config(workload):
+    """The ``transformers`` config of a workload's model (its shape, for the FLOP count)."""
+    from transformers import AutoConfig
+
+    from grpo_edu.training.models import locate_model
+
+    return AutoConfig.from_pretrained(str(locate_model(WORKLOADS[workload]["model"])[0]))

@@ -1,0 +1,130 @@
+"""LoRA through ``peft``: train a small adapter beside frozen weights, and use the base as π_ref for free.
+
+LoRA (Hu et al. 2021) freezes a weight matrix W (out × in) and learns a low-rank change beside it:
+
+    h = W x + (α / r) · B A x          A: (r, in), B: (out, r), r ≪ in; B starts at 0, so the model starts as W
+
+Only A and B are trained: for the sums model's seven projections per layer, rank 8 is about 11 % of
+its weights, and AdamW keeps moments for those alone. The reference model of GRPO's KL term is the
+starting policy, and with LoRA that is the same network with the adapter switched off
+(``peft``'s ``with model.disable_adapter():``), so no second copy is kept: :class:`AdapterOff` is
+that reference. TRL does the same when given ``peft_config=LoraConfig(...)`` (its ref_model is None).
+
+``GRPOConfig(lora_rank=8, lora_alpha=16, lora_target_modules="all-linear")`` turns it on in the
+trainer; :func:`add_lora` does it to any model. Settings that cannot apply are refused before any
+work, naming the field: a rank ≤ 0, a target module the model does not have.
+"""
+
+import warnings
+
+import torch
+
+from grpo_edu.common import _checks
+
+ALL_LINEAR = "all-linear"
+"""``peft``'s name for every Linear layer but the output head (here: q, k, v, o, gate, up, down)."""
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError:
+        _checks.fail("lora_rank", "needs the peft package, which is not installed",
+                     "pip install peft (or pip install -e '.[lora]'), or leave lora_rank=None for full fine-tuning",
+                     error=ImportError)
+    return peft
+
+
+def target_list(target_modules):
+    """``"q_proj,v_proj"`` → ["q_proj", "v_proj"]; ``"all-linear"`` stays a string (``peft``'s own value)."""
+    if not isinstance(target_modules, str) or not target_modules.strip():
+        _checks.fail("lora_target_modules", f"must be a non-empty string, got {target_modules!r}",
+                     "pass module names separated by commas, e.g. 'q_proj,v_proj', or 'all-linear'")
+    if target_modules.strip() == ALL_LINEAR:
+        return ALL_LINEAR
+    return [name.strip() for name in target_modules.split(",") if name.strip()]
+
+
+def check_settings(rank, alpha, target_modules):
+    """Refuse settings that cannot apply to any model (rank, alpha, the module list's form)."""
+    _checks.positive_int("lora_rank", rank, fix="pass a rank of 1 or more (8 or 16 are usual), or lora_rank=None "
+                                                "for full fine-tuning")
+    _checks.positive_float("lora_alpha", alpha, fix="pass a positive scale, usually 2 × lora_rank")
+    return target_list(target_modules)
+
+
+def linear_names(model):
+    """The short names of the model's Linear layers (``q_proj``, …), the output head left out."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and module is not head})
+
+
+def lora_config(rank=8, alpha=16.0, target_modules=ALL_LINEAR):
+    """The ``peft.LoraConfig`` of these settings (no dropout, no bias: the adapter is B·A alone)."""
+    targets = check_settings(rank, alpha, target_modules)
+    return _peft().LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
+                              task_type="CAUSAL_LM")
+
+
+def add_lora(model, rank=8, alpha=16.0, target_modules=ALL_LINEAR):
+    """``model`` wrapped by ``peft`` with a LoRA adapter on ``target_modules``: only the adapter trains.
+
+    A target the model does not have is refused here, with the names it does have."""
+    targets = check_settings(rank, alpha, target_modules)
+    if targets != ALL_LINEAR:
+        have = linear_names(model)
+        missing = [name for name in targets if name not in have]
+        if missing:
+            _checks.fail("lora_target_modules", f"names {', '.join(missing)}, which {type(model).__name__} does not "
+                         f"have", f"pick from its Linear layers: {', '.join(have)}; or pass 'all-linear'")
+    with warnings.catch_warnings():                     # peft calls transformers' deprecated names: not ours to fix
+        warnings.simplefilter("ignore", FutureWarning)
+        return _peft().get_peft_model(model, lora_config(rank, alpha, target_modules))
+
+
+def is_lora(model):
+    """True when ``model`` is a ``peft`` model with an adapter that can be switched off."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+class AdapterOff:
+    """π_ref of a LoRA policy: the same network called with its adapter switched off (no second copy).
+
+    Called like a model (``completion_logprobs(reference, …)`` works unchanged); holds no weights of its own.
+    """
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def parameters(self):
+        return iter(())                                   # none of its own: it is the policy's base
+
+    def eval(self):
+        return self
+
+    def requires_grad_(self, flag=True):
+        return self
+
+
+def reference_for(model):
+    """π_ref for GRPO's KL term: the adapter switched off for a LoRA model, else a frozen copy of ``model``."""
+    import copy
+
+    if is_lora(model):
+        return AdapterOff(model)
+    return copy.deepcopy(model).eval().requires_grad_(False)
+
+
+def trainable_fraction(model):
+    """(trainable weights, all weights) of ``model``."""
+    params = list(model.parameters())
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)

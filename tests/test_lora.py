@@ -1,0 +1,167 @@
+"""LoRA through peft (grpo_edu/training/lora.py): bad settings refused up front, the reference is the adapter
+switched off (no copy), only the adapter trains, the engine samples the adapted model, and TRL computes the
+same loss on the same adapter."""
+
+import pytest
+import torch
+
+peft = pytest.importorskip("peft", reason="LoRA needs peft: pip install -e '.[lora]'")
+
+from grpo_edu.beyond.export import format_export, to_trl, to_verl  # noqa: E402
+from grpo_edu.training import lora  # noqa: E402
+from grpo_edu.training.config import GRPOConfig  # noqa: E402
+from grpo_edu.training.rollout import completion_logprobs  # noqa: E402
+
+SMALL = dict(batch_size=2, num_generations=4, max_completion_length=4, total_training_steps=2, eval_size=0,
+             sampler="engine")
+
+
+def _randomise_adapter(model, seed=0):
+    """B starts at 0 (the adapter adds nothing); give it values so that switching it off makes a difference."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+
+
+@pytest.mark.parametrize("fields, name", [({"lora_rank": 0}, "lora_rank"), ({"lora_rank": -4}, "lora_rank"),
+                                          ({"lora_rank": 2.5}, "lora_rank"),
+                                          ({"lora_rank": 8, "lora_alpha": 0.0}, "lora_alpha"),
+                                          ({"lora_rank": 8, "lora_target_modules": " "}, "lora_target_modules")])
+def test_settings_that_cannot_apply_are_refused_when_the_config_is_made(fields, name):
+    with pytest.raises(ValueError, match=rf"^{name}: .*Fix: "):
+        GRPOConfig(**fields)
+
+
+def test_a_target_module_the_model_lacks_is_refused_before_any_step():
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    with pytest.raises(ValueError, match=r"lora_target_modules: names c_attn, which LlamaForCausalLM does not have.*"
+                                         r"Fix: pick from its Linear layers: down_proj, gate_proj, .*q_proj"):
+        GRPOTrainer(GRPOConfig(**SMALL, lora_rank=4, lora_target_modules="q_proj,c_attn"))
+
+
+def test_the_reference_is_the_policy_with_its_adapter_off():
+    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(**SMALL, lora_rank=4, learning_rate=1e-2))
+    assert isinstance(trainer.ref_model, lora.AdapterOff) and list(trainer.ref_model.parameters()) == []
+    trainable, total = lora.trainable_fraction(trainer.model)
+    assert 0 < trainable < total / 4
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    adapter = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.step()
+    trainer.step()
+    assert all(torch.equal(p, base[n]) for n, p in trainer.model.named_parameters() if n in base)   # frozen
+    assert any(not torch.equal(p, adapter[n]) for n, p in trainer.model.named_parameters() if n in adapter)
+    # π_ref after training: the untouched bundled model's log-probs, though the policy itself has moved
+    fresh, tokenizer = load_model_and_tokenizer("bundled")
+    rollout = trainer._sample(["12+34=", "5+5="])
+    args = (rollout.input_ids, rollout.attention_mask, rollout.completion_ids.shape[1])
+    ref = trainer._ref_logprobs(rollout)
+    with torch.no_grad():
+        expected, _ = completion_logprobs(fresh, *args)
+        policy, _ = completion_logprobs(trainer.model, *args)
+    mask = rollout.completion_mask.bool()
+    assert torch.allclose(ref[mask], expected[mask], atol=1e-6)
+    assert not torch.allclose(policy[mask], expected[mask], atol=1e-3)          # the adapter does act
+
+
+def test_the_engine_samples_the_adapted_model_not_its_base(char_tokenizer):
+    """The engine's fast path reads a Llama's weights; on a peft model it must take the adapter into account
+    (here: through the transformers fallback), never sample the base silently."""
+    from grpo_edu.training import engine
+    from grpo_edu.training.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    model = lora.add_lora(model, rank=4)
+    _randomise_adapter(model)
+    out = engine.generate(model.eval(), tokenizer, ["12+34=", "7+8="], num_generations=3, max_new_tokens=5,
+                          generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        teacher, _ = completion_logprobs(model, out.input_ids, out.attention_mask, out.completion_ids.shape[1])
+    mask = out.completion_mask.bool()
+    assert torch.allclose(out.logprobs[mask], teacher[mask], atol=1e-5)
+
+
+def test_to_trl_exports_the_peft_settings():
+    _, info = to_trl(GRPOConfig(lora_rank=8, lora_alpha=32.0, lora_target_modules="q_proj, v_proj"))
+    assert info["peft_config"] == {"r": 8, "lora_alpha": 32.0, "target_modules": ["q_proj", "v_proj"],
+                                   "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM"}
+    peft.LoraConfig(**info["peft_config"])                                      # peft takes them as they are
+    assert "peft_config=peft.LoraConfig(r=8, lora_alpha=32.0" in format_export(to_trl(GRPOConfig(lora_rank=8,
+                                                                                                 lora_alpha=32.0)), "trl")
+    assert to_trl()[1]["peft_config"] is None
+    _, verl = to_verl(GRPOConfig(lora_rank=8))
+    assert any(field == "lora_rank" for field, _ in verl["unmatched"])
+
+
+def test_trls_loss_on_the_same_adapter_equals_ours(random_model, char_tokenizer, tmp_path):
+    """TRL given to_trl's peft_config: its reference (adapter off), its loss and its gradients on the adapter equal
+    ours on the same adapter, on one fixed batch with the clip binding and β > 0."""
+    trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
+    import datasets
+    from trl.trainer.utils import use_adapter
+
+    from grpo_edu.core.losses import grpo_loss
+
+    random_model.save_pretrained(tmp_path / "model")
+    char_tokenizer.save_pretrained(tmp_path / "model")
+    config = GRPOConfig(batch_size=2, num_generations=4, max_completion_length=5, beta=0.04, total_training_steps=1,
+                        lora_rank=4, lora_alpha=8.0)
+    kwargs, info = to_trl(config)
+    args = trl.GRPOConfig(output_dir=str(tmp_path / "out"), report_to=[], logging_steps=1, use_cpu=True, **kwargs)
+    trainer = trl.GRPOTrainer(model=str(tmp_path / "model"), processing_class=char_tokenizer, args=args,
+                              reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(completions)],
+                              train_dataset=datasets.Dataset.from_list([{"prompt": "12+34="}] * 8),
+                              peft_config=peft.LoraConfig(**info["peft_config"]))
+    theirs_model = trainer.model.train()
+    assert trainer.ref_model is None                                  # TRL keeps no copy either
+    ours_model = lora.add_lora(random_model, config.lora_rank, config.lora_alpha, config.lora_target_modules).train()
+    _randomise_adapter(theirs_model)
+    ours_model.load_state_dict(theirs_model.state_dict())             # the same adapter, the same base
+    torch.manual_seed(0)
+    vocab = len(char_tokenizer)
+    prompt_ids, completion_ids = torch.randint(4, vocab, (8, 4)), torch.randint(4, vocab, (8, 5))
+    completion_mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 0]] * 2)
+    ids = torch.cat([prompt_ids, completion_ids], 1)
+    attention = torch.cat([torch.ones(8, 4, dtype=torch.long), completion_mask], 1)
+    with torch.no_grad(), use_adapter(theirs_model, adapter_name=None):           # TRL's own reference pass
+        their_ref, _, _ = trainer._get_per_token_logps_and_entropies(theirs_model, ids, attention, 5)
+    with torch.no_grad():
+        our_ref, _ = completion_logprobs(lora.reference_for(ours_model), ids, attention, 5)
+    real = completion_mask.bool()                                     # TRL leaves 0 after the answer's end
+    assert torch.allclose(their_ref[real], our_ref[real], atol=1e-6)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(theirs_model, ids, attention, 5)
+    old = logps.detach() + 0.3 * torch.randn(8, 5)                     # ratios far from 1: the clip binds on some
+    advantages = torch.randn(8)
+    inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones(8, 4, dtype=torch.long),
+              "completion_ids": completion_ids, "completion_mask": completion_mask, "advantages": advantages,
+              "old_per_token_logps": old, "ref_per_token_logps": their_ref, "num_items_in_batch": completion_mask.sum()}
+    trainer.current_gradient_accumulation_steps = 1
+    theirs = trainer._compute_loss(theirs_model, inputs)
+    our_logps, _ = completion_logprobs(ours_model, ids, attention, 5)
+    ours, loss_info = grpo_loss(our_logps, old, advantages, completion_mask, ref_logprobs=our_ref, beta=config.beta,
+                                epsilon=config.epsilon, epsilon_high=config.epsilon, loss_type=config.loss_type)
+    assert 0 < loss_info["clip_fraction"] < 1 and loss_info["kl_mean"] > 0
+    assert abs(theirs.item() - ours.item()) < 1e-6, (theirs.item(), ours.item())
+    adapter = [n for n, p in ours_model.named_parameters() if p.requires_grad]
+    assert adapter and all("lora_" in n for n in adapter)
+    g_theirs = torch.autograd.grad(theirs, [dict(theirs_model.named_parameters())[n] for n in adapter])
+    g_ours = torch.autograd.grad(ours, [dict(ours_model.named_parameters())[n] for n in adapter])
+    for a, b in zip(g_theirs, g_ours):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_lora_steps_memory_has_no_reference_copy_and_moments_for_the_adapter_only():
+    from grpo_edu.beyond.step_cost import memory_parts
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    trainer = GRPOTrainer(GRPOConfig(**SMALL, lora_rank=4))
+    trainer.step()
+    parts = memory_parts(trainer, trainer._sample(["12+34=", "5+5="]))
+    trainable, total = lora.trainable_fraction(trainer.model)
+    assert parts["reference"] == 0 and parts["weights"] == 4 * total
+    assert parts["gradients"] == 4 * trainable and parts["optimizer"] == 2 * 4 * trainable

@@ -1,0 +1,125 @@
+"""What a step costs (grpo_edu/beyond/step_cost.py): FLOPs counted by hand, the time split, memory by part."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from grpo_edu.beyond import step_cost
+
+# L = 1 layer, D = 2, H = K = 1 head of d = 2, MLP I = 3, V = 5 tokens
+TINY = SimpleNamespace(num_hidden_layers=1, hidden_size=2, num_attention_heads=1, num_key_value_heads=1, head_dim=2,
+                       intermediate_size=3, vocab_size=5)
+
+
+def test_one_layers_weight_flops_by_hand():
+    # q, k, v: D × (H + 2K)·d = 2 × 3·2 = 12 weights; o: H·d × D = 4; gate, up, down: 3 × D·I = 18; 2 FLOPs each
+    assert step_cost.layer_weight_flops(TINY) == 2 * (12 + 4 + 18) == 68
+
+
+def test_forward_flops_by_hand():
+    # two new tokens after one cached: positions 2 and 3 see 2 + 3 = 5 positions; attention 2·2·H·d = 8 per position
+    # seen; one logit row: 2·D·V = 20
+    assert step_cost.forward_flops(TINY, 2, context=1, logits=1) == 2 * 68 + 8 * 5 + 20 == 196
+    # a whole pass of 3 tokens with logits for all: positions 1 + 2 + 3 = 6
+    assert step_cost.forward_flops(TINY, 3) == 3 * 68 + 8 * 6 + 3 * 20 == 312
+    assert step_cost.forward_flops(TINY, 0, context=7) == 0
+
+
+def test_step_flops_by_hand():
+    # one prompt of 2 tokens, G = 2 answers of 1 and 3 tokens
+    flops = step_cost.step_flops(TINY, [2], [1, 3], num_generations=2)
+    prefill = 2 * 68 + 8 * (1 + 2) + 20                       # read the prompt once, logits of its last token: 180
+    decode = 2 * 68 + 8 * (3 + 4) + 2 * 20                    # the 3-token answer feeds 2 tokens at positions 3, 4: 232
+    assert flops["sampling"] == prefill + 0 + decode == 412   # the 1-token answer feeds none
+    short = 3 * 68 + 8 * (1 + 2 + 3) + 1 * 20                 # prompt + 1 answer token, one logit row: 272
+    long = 5 * 68 + 8 * 15 + 3 * 20                           # prompt + 3 answer tokens, three logit rows: 520
+    assert flops["reference"] == short + long == 792
+    assert flops["policy"] == 3 * 792                         # forward + backward (2× the forward)
+    assert flops["total"] == 412 + 792 + 3 * 792
+    no_ref = step_cost.step_flops(TINY, [2], [1, 3], num_generations=2, reference=False, num_iterations=2)
+    assert no_ref["reference"] == 0 and no_ref["policy"] == 2 * 3 * 792
+
+
+def test_a_forward_pass_is_two_flops_per_weight_plus_attention():
+    """Kaplan's 2·N per token, checked against the real model's weights (every Linear, the lm_head included)."""
+    import torch
+
+    from grpo_edu.training.models import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer("bundled-sums")
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    s = step_cost.shape_of(model.config)
+    assert step_cost.forward_flops(model.config, 1) == 2 * weights + 4 * s["H"] * s["d"] * s["L"]
+
+
+def test_step_flops_refuses_lengths_that_do_not_match():
+    with pytest.raises(ValueError, match="completion_lengths.*3 rows.*2 prompts × G = 2"):
+        step_cost.step_flops(TINY, [2, 2], [1, 2, 3], num_generations=2)
+    with pytest.raises(ValueError, match="logits"):
+        step_cost.forward_flops(TINY, 2, logits=3)
+
+
+def test_matmul_throughput_is_measured():
+    assert step_cost.matmul_flops_per_s(64, 64, 64, repeats=3) > 1e6
+
+
+@pytest.fixture
+def small_trainer():
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    return GRPOTrainer(GRPOConfig(batch_size=2, num_generations=4, max_completion_length=4, total_training_steps=3,
+                                  eval_size=0, sampler="engine", num_iterations=2))
+
+
+def test_timed_step_splits_the_step_and_records_its_tokens(small_trainer):
+    metrics, seconds, tokens = step_cost.timed_step(small_trainer)
+    assert set(seconds) == set(step_cost.PARTS) and all(v >= 0 for v in seconds.values())
+    assert seconds["sampling"] > 0 and seconds["reference"] > 0 and seconds["policy"] > 0 and seconds["optimizer"] > 0
+    assert sum(seconds.values()) == pytest.approx(metrics["seconds"], rel=0.05, abs=0.01)
+    (prompts, completions), = tokens["sampled"]
+    assert len(completions) == 8 and sum(completions) / 8 == pytest.approx(metrics["completion_length"])
+    assert tokens["trained"] == (prompts, completions)
+    flops = step_cost.flops_of_step(small_trainer, tokens)
+    again = step_cost.step_flops(small_trainer.model.config, prompts[::4], completions, num_generations=4,
+                                 num_iterations=2)
+    assert flops == again
+    assert "_sample" not in vars(small_trainer) and "step" not in vars(small_trainer.optimizer)   # unwrapped
+
+
+def test_memory_parts(small_trainer):
+    small_trainer.step()
+    rollout = small_trainer._sample(["12+34="] * 2)
+    parts = step_cost.memory_parts(small_trainer, rollout)
+    params = sum(p.numel() for p in small_trainer.model.parameters())
+    assert parts["weights"] == parts["reference"] == parts["gradients"] == 4 * params    # float32, full fine-tuning
+    assert parts["optimizer"] == 2 * 4 * params                                         # AdamW's two moments
+    assert parts["kv_cache"] == step_cost.kv_cache_bytes(small_trainer.model.config, 8,
+                                                          rollout.prompt_ids.shape[1] + rollout.completion_ids.shape[1])
+    bigger = small_trainer._sample(["12+34="] * 4)
+    assert 1.6 < step_cost.activation_bytes(small_trainer.model, bigger) / parts["activations"] < 2.4   # ∝ rows
+
+
+def test_bench_prints_the_split_and_the_arithmetic_limit(capsys, monkeypatch, tmp_path):
+    import json
+    import re
+    import time
+
+    from grpo_edu.beyond import bench
+    from grpo_edu.cli import main
+
+    # the children run in this process (test_cli proves the subprocess machinery)
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, **kw: bench.CHILDREN[name](time.time(), steps,
+                                                                                                   warmup))
+    out_file = tmp_path / "bench.json"
+    assert main(["bench", "--steps", "2", "--warmup", "0", "--rounds", "1", "--no-trl", "--json", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    number = r" +[\d.]+"
+    for name in ("grpo_edu", "floor"):                     # sampling, reference, policy, optimizer, other, step
+        assert re.search(rf"^{name}{number * 6}$", out, re.M), name
+    assert re.search(r"grpo_edu step / arithmetic limit +median [\d.]+×.*GFLOP at [\d.]+ GFLOP/s", out)
+    rnd = json.loads(out_file.read_text())["rounds"][0]
+    ours = rnd["grpo_edu"]
+    assert set(ours["parts_s"]) == set(step_cost.PARTS) and set(rnd["floor"]["parts_s"]) == set(step_cost.PARTS[:-1])
+    assert sum(ours["parts_s"].values()) == pytest.approx(ours["median_step_s"], rel=0.3)
+    assert 0 < ours["limit_s"] < ours["median_step_s"] and ours["limit_s"] == ours["flops"] / ours["matmul_flops_per_s"]
