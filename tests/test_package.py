@@ -166,7 +166,8 @@ def test_every_faq_link_points_at_a_lesson_heading_that_exists():
     for notebook, anchor in links:
         path = ROOT / "lessons" / notebook
         assert path.exists(), notebook
-        headings = {line.lstrip("#").strip().replace(" ", "-")
+        # JupyterLab's anchor: the heading as rendered (no backticks), spaces → hyphens
+        headings = {line.lstrip("#").strip().replace("`", "").replace(" ", "-")
                     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"] if cell["cell_type"] == "markdown"
                     for line in "".join(cell["source"]).splitlines() if re.match(r"#{1,4} ", line)}
         assert anchor in headings, f"docs/FAQ.md links {notebook}#{anchor}, which is no heading there"
