@@ -66,13 +66,19 @@ checks every import in the source):
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
     ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
+    ``site``            the course as a website that works offline, search in English and Chinese (grpo-edu site)
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer
 may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``), and
 files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``).
 
-``cli`` (over everything) — the ``grpo-edu`` command.
+``cli/`` (over everything) — the ``grpo-edu`` command; its ``__init__`` registers every subcommand
+    ``runs``            train, eval, export: run GRPO (the main job), score a model, carry a run to TRL or verl
+    ``reading``         replay, diagnose: read what a run left behind
+    ``classroom``       lessons, check-answers: the lessons copied out, a class's answers read
+    ``flags``           every GRPOConfig field as a flag (help from its docstring), --preset
+    ``__main__``        ``python -m grpo_edu.cli``
 """
 
 from importlib import import_module

@@ -203,7 +203,9 @@ def build(out, *, root=ROOT, jobs=1):
     ``out`` must be a new or empty folder (the build never deletes files of yours).
     """
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {out} is a file. Fix: name a new folder, e.g. site/")
+    if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out: {out} is not an empty folder. Fix: name a new folder, e.g. site/, or empty this one")
     missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "jieba") if _absent(m)]
     if missing:
