@@ -131,6 +131,8 @@ PAGE_STATE = """async () => {
 @pytest.fixture(scope="module")
 def visited(built):
     """Every page opened in Chromium with outside requests blocked: {page: what it showed}."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     out, info = built
     start = time.perf_counter()
     with browser.static_site(out) as base, browser.chromium() as chrome:
@@ -155,8 +157,12 @@ def visited(built):
         searches = {}
         for query in ("advantage", "优势值"):
             page.goto(f"{base}/search.html?q={query}", wait_until="load")
-            page.wait_for_function("() => { const s = document.querySelector('#search-results .search-summary');"
-                                   " return !!s && s.textContent.trim().length > 0; }", timeout=20_000)
+            try:
+                page.wait_for_function("() => { const s = document.querySelector('#search-results .search-summary');"
+                                       " return !!s && s.textContent.trim().length > 0; }", timeout=20_000)
+            except PlaywrightTimeout:                  # the search page's script broke: the console says why
+                searches[query] = []
+                continue
             searches[query] = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map(a => a.href)")
         context.close()
     return {"base": base, "out": out, "pages": pages, "searches": searches, "outside": outside, "errors": errors,

@@ -5,8 +5,8 @@
 * ``lesson01_panel.png``: lesson 01's schedule panel live in JupyterLab (headless Chromium,
   through :mod:`grpo_edu.course.browser`, the tooling of the browser test), after a student's two moves:
   batch_size 4 → 5 with the arrow key, and 1500 typed into dataset_size's readout.
-* ``site_lesson.png``: a lesson page of the course's website (``grpo-edu site``) in Chromium, the
-  shortest stretch of lesson 04 with a figure, a table, typeset math and Chinese text (docs/site.md).
+* ``site_lesson.png``: a lesson page of the course's website (``grpo-edu site``) in Chromium: lesson 04's
+  §3 down to its table, with typeset math, a figure, a table and Chinese text (docs/site.md).
 * ``main_job_curves.png``: ``viz.training_curves`` of the main job, ``grpo-edu train``'s
   defaults (1500 steps, seed 0), trained here; about 2 minutes on a 2-core CPU.
 
@@ -46,28 +46,20 @@ def panel_screenshot(out=FIGURES / "lesson01_panel.png"):
     return out
 
 
-SMALLEST_SHOWCASE = """() => {
-    const main = document.querySelector('main'), top = e => e.getBoundingClientRect().top + window.scrollY;
-    const kinds = [[...main.querySelectorAll('img')], [...main.querySelectorAll('table')],
-                   [...main.querySelectorAll('mjx-container')],
-                   [...main.querySelectorAll('p, li, td')].filter(e => /[\\u4e00-\\u9fff]/.test(e.textContent))];
-    const ends = kinds.map(els => els.map(e => [top(e), top(e) + e.getBoundingClientRect().height]));
-    let best = null;
-    for (const [start] of ends.flat()) {
-        const firsts = ends.map(list => list.find(([s]) => s >= start));
-        if (firsts.some(f => !f)) continue;
-        const end = Math.max(...firsts.map(([, e]) => e));
-        if (!best || end - start < best[1] - best[0]) best = [start, end];
-    }
-    const box = main.getBoundingClientRect();
-    return best && {x: box.left, y: best[0] - 16, width: box.width, height: best[1] - best[0] + 32};
+SECTION_TO_TABLE = """(id) => {
+    const section = document.getElementById(id), table = section && section.querySelector('table');
+    if (!table) return null;
+    const top = section.getBoundingClientRect().top + window.scrollY;
+    const box = section.getBoundingClientRect(), end = table.getBoundingClientRect().bottom + window.scrollY;
+    return {x: box.left - 8, y: top - 8, width: box.width + 16, height: end - top + 24};
 }"""
-"""The shortest stretch of a page's main column that holds a figure, a table, typeset math and Chinese text."""
+"""A page's section from its heading down to its first table."""
 
 
-def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss"):
-    """A lesson page of ``grpo-edu site`` in Chromium: the shortest stretch with a figure, a table, math and
-    Chinese text. Chinese needs a CJK font on this machine (Debian: apt-get install fonts-wqy-microhei)."""
+def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss", section="the-ratio-and-the-clip"):
+    """A lesson page of ``grpo-edu site`` in Chromium, one section from its heading to its first table: in lesson 04's
+    §3, the formula, a term in Chinese, a figure and a table. Chinese needs a CJK font on this machine
+    (Debian: apt-get install fonts-wqy-microhei)."""
     from grpo_edu.course import browser, site
 
     problem = browser.missing()
@@ -76,12 +68,12 @@ def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss"):
     with tempfile.TemporaryDirectory() as work:
         site.build(Path(work) / "html")
         with browser.static_site(Path(work) / "html") as base, browser.chromium() as chrome:
-            page = chrome.new_page(viewport={"width": 1200, "height": 900}, device_scale_factor=1)
+            page = chrome.new_page(viewport={"width": 1500, "height": 900}, device_scale_factor=1)
             page.goto(f"{base}/lessons/{lesson}.html", wait_until="load")
             page.evaluate("async () => { if (window.MathJax) await MathJax.startup.promise; }")
-            clip = page.evaluate(SMALLEST_SHOWCASE)
+            clip = page.evaluate(SECTION_TO_TABLE, section)
             if clip is None:
-                raise SystemExit(f"lesson: {lesson}'s page has no stretch with a figure, a table, math and Chinese")
+                raise SystemExit(f"section: {lesson}'s page has no section {section!r} with a table")
             out.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(out), clip=clip, full_page=True)
     return out
