@@ -23,7 +23,9 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from grpo_edu.course import browser, site
+from grpo_edu.course.testing import browser
+
+from grpo_edu.course.classroom import site
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.stem for p in (ROOT / "lessons").glob("*.ipynb"))
@@ -84,7 +86,7 @@ def test_the_build_refuses_a_folder_that_holds_files(tmp_path):
 
 
 def test_a_lesson_page_says_how_to_run_it_and_where_its_panels_go():
-    from grpo_edu.course.widgets import STATIC_HINT
+    from grpo_edu.course.aids.widgets import STATIC_HINT
 
     stored = json.loads((ROOT / "lessons" / "06_data_replay.ipynb").read_text(encoding="utf-8"))
     staged = site.stage_lesson(ROOT / "lessons" / "06_data_replay.ipynb", site._commands(
@@ -178,7 +180,7 @@ def test_every_page_works_offline_without_errors(visited):
         assert seen["broken_images"] == [], f"{name}: images that did not load: {seen['broken_images']}"
         assert seen["raw_math"] == [], f"{name}: raw TeX in the text: {seen['raw_math']}"
         assert seen["untypeset"] == 0, f"{name}: {seen['untypeset']} math elements MathJax did not render"
-    # the budget is 60 s; like a lesson's time (grpo_edu.course.lesson_times), only twice it fails: a shared or
+    # the budget is 60 s; like a lesson's time (grpo_edu.course.testing.lesson_times), only twice it fails: a shared or
     # busy machine is slower, and the printed time says by how much
     print(f"\nsite browser pass: {len(visited['pages'])} pages and 2 searches in {visited['seconds']:.0f} s")
     assert visited["seconds"] <= 120, f"the browser pass took {visited['seconds']:.0f} s (budget 60 s)"

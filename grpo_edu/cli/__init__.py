@@ -54,8 +54,8 @@ def build_parser():
 
 
 PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench",
-                "lesson-times": "grpo_edu.course.lesson_times", "variants": "grpo_edu.course.variants",
-                "doctor": "grpo_edu.course.doctor", "site": "grpo_edu.course.site"}
+                "lesson-times": "grpo_edu.course.testing.lesson_times", "variants": "grpo_edu.course.experiments.variants",
+                "doctor": "grpo_edu.course.classroom.doctor", "site": "grpo_edu.course.classroom.site"}
 """Subcommands whose flags belong to their own module's parser."""
 
 

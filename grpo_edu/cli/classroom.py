@@ -5,7 +5,7 @@ import os
 # --- lessons ------------------------------------------------------------------------------------
 def cmd_lessons(args):
     from grpo_edu.common.safe_files import shown
-    from grpo_edu.course.copy_lessons import copy_lessons
+    from grpo_edu.course.classroom.copy_lessons import copy_lessons
 
     written, info = copy_lessons(args.folder, force=args.force)
     for path, backup in info["kept"].items():
@@ -18,7 +18,7 @@ def cmd_lessons(args):
 # --- check-answers ---------------------------------------------------------------------------
 def cmd_check_answers(args):
     from grpo_edu.common.safe_files import shown
-    from grpo_edu.course.answers import format_table, read_class, write_csv
+    from grpo_edu.course.classroom.answers import format_table, read_class, write_csv
 
     missing = [p for p in args.notebooks if not os.path.exists(p)]
     if missing:

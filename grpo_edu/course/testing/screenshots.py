@@ -1,9 +1,9 @@
 """The README's pictures, made from the real lessons and the real main job.
 
-``python -m grpo_edu.course.screenshots`` writes into ``assets/figures/``:
+``python -m grpo_edu.course.testing.screenshots`` writes into ``assets/figures/``:
 
 * ``lesson01_panel.png``: lesson 01's schedule panel live in JupyterLab (headless Chromium,
-  through :mod:`grpo_edu.course.browser`, the tooling of the browser test), after a student's two moves:
+  through :mod:`grpo_edu.course.testing.browser`, the tooling of the browser test), after a student's two moves:
   batch_size 4 → 5 with the arrow key, and 1500 typed into dataset_size's readout.
 * ``site_lesson.png``: a lesson page of the course's website (``grpo-edu site``) in Chromium: lesson 04's
   §3 down to its table, with typeset math, a figure, a table and Chinese text (docs/site.md).
@@ -24,7 +24,8 @@ FIGURES = ASSETS / "figures"
 
 
 def panel_screenshot(out=FIGURES / "lesson01_panel.png"):
-    from grpo_edu.course import browser, viz, widgets
+    from grpo_edu.course.testing import browser
+    from grpo_edu.course.aids import viz, widgets
 
     problem = browser.missing()
     if problem:
@@ -60,7 +61,8 @@ def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss", s
     """A lesson page of ``grpo-edu site`` in Chromium, one section from its heading to its first table: in lesson 04's
     §3, the formula, a term in Chinese, a figure and a table. Chinese needs a CJK font on this machine
     (Debian: apt-get install fonts-wqy-microhei)."""
-    from grpo_edu.course import browser, site
+    from grpo_edu.course.testing import browser
+    from grpo_edu.course.classroom import site
 
     problem = browser.missing()
     if problem:
@@ -80,7 +82,7 @@ def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss", s
 
 
 def main_job_curves(out=FIGURES / "main_job_curves.png"):
-    from grpo_edu.course import viz
+    from grpo_edu.course.aids import viz
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
@@ -95,7 +97,7 @@ def main_job_curves(out=FIGURES / "main_job_curves.png"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.screenshots", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.testing.screenshots", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=("panel", "curves", "site"))
     args = parser.parse_args(argv)
     if args.only in (None, "panel"):

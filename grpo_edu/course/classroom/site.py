@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 """The checkout the site is built from: README.md, docs/, lessons/, assets/figures/."""
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -45,7 +45,7 @@ CONF = {
     "nb_ipywidgets_js": {},                        # no require.js / widget manager from a CDN
     "myst_enable_extensions": ["dollarmath", "amsmath", "colon_fence"],
     "myst_heading_anchors": 4,
-    "myst_heading_slug_func": "grpo_edu.course.site.heading_anchor",
+    "myst_heading_slug_func": "grpo_edu.course.classroom.site.heading_anchor",
     "html_theme": "sphinx_book_theme",
     "html_title": "grpo_edu — learn GRPO on a laptop",
     "html_theme_options": {"show_toc_level": 2, "use_download_button": True, "home_page_in_toc": True},
@@ -132,7 +132,7 @@ def _panel_note(stem):
 def stage_lesson(path, commands):
     """A lesson's notebook for the site: as stored, with a "run this lesson" note under its opening,
     each panel's live controls replaced by a note, and each progress bar by its final text."""
-    from grpo_edu.course.widgets import STATIC_HINT
+    from grpo_edu.course.aids.widgets import STATIC_HINT
 
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
     stem = Path(path).stem
@@ -191,8 +191,8 @@ def stage(root, src):
     (src / "_static" / "grpo_edu.css").write_text(CSS, encoding="utf-8")
     settings = dict(CONF, html_search_options={"dict": str((src / "jieba_terms.txt").resolve())})
     conf = "\n".join(f"{key} = {value!r}" for key, value in settings.items())
-    (src / "conf.py").write_text(f'"""Written by grpo_edu.course.site."""\n{conf}\nhtml_static_path = ["_static"]\n\n\n'
-                                 "def setup(app):\n    from grpo_edu.course.site import sphinx_setup\n\n"
+    (src / "conf.py").write_text(f'"""Written by grpo_edu.course.classroom.site."""\n{conf}\nhtml_static_path = ["_static"]\n\n\n'
+                                 "def setup(app):\n    from grpo_edu.course.classroom.site import sphinx_setup\n\n"
                                  "    sphinx_setup(app)\n", encoding="utf-8")
     return {"lessons": [p.stem for p in lessons], "docs": docs}
 
