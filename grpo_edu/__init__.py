@@ -56,34 +56,44 @@ checks every import in the source):
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
     ``trl_tools``       the tool settings in TRL's terms: a tool function, max_tool_calling_iterations, a rollout_func
 
-``course/`` — the course's own machinery: what the lessons show and check
+``course/`` — the course's own machinery, in four rooms (a lesson writes ``from grpo_edu.course import viz``)
+  ``aids/`` — what the lessons show and check
     ``viz``/``widgets`` matplotlib figures (``viz_runs``: the training runs' figures) and ipywidgets panels
     ``exercises``       check an exercise, reveal a prediction (``exercise_bank`` holds them all)
     ``exercise_bank``   every lesson's exercises, each with the call that answers it
     ``exercise_solutions`` those calls: the library asked for each answer, and the code exercises' references
     ``prediction_bank`` every lesson's predict-then-run questions (and the clinic's menu of diagnoses)
     ``claims``          a lesson's claims about a run, checked with measured margins
+  ``experiments/`` — the experiments the lessons run
     ``forgetting``      lesson 06's experiment: train on task A, then B, and probe both
     ``replay_advice``   the replay article's advice (7:3 or 8:2, 6:4 late, refresh, compute) run on it
     ``clinic``          lessons 09 and 09b's sick runs: each case, its expected finding, its cure
-    ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
-    ``cost_of_a_step``  lesson 14's measurements: time and memory by part, sample reuse, LoRA's learning rate
     ``variants``        lesson 12's race: GRPO's variants on lesson 11's model, over seeds
     ``family``          lesson 13's comparison: GRPO against its family on one budget (grpo-edu family)
-    ``browser``         JupyterLab + headless Chromium for the browser test and ``screenshots``
-    ``screenshots``     the README's pictures
+    ``cost_of_a_step``  lesson 14's measurements: time and memory by part, sample reuse, LoRA's learning rate
+    ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
+  ``classroom/`` — the instructor's and the room's tools
+    ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
+    ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)
+    ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
+    ``site``            the course as a website that works offline, search in English and Chinese (grpo-edu site)
+  ``testing/`` — the test run's tooling
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
     ``kernel_start``    a notebook kernel that dies while starting (a port race) started again (a pytest plugin)
-    ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)
-    ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
-    ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
+    ``browser``         JupyterLab + headless Chromium for the browser tests and ``screenshots``
+    ``screenshots``     the README's pictures
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer
 may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``), and
 files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``).
 
-``cli`` (over everything) — the ``grpo-edu`` command.
+``cli/`` (over everything) — the ``grpo-edu`` command; its ``__init__`` registers every subcommand
+    ``runs``            train, eval, export: run GRPO (the main job), score a model, carry a run to TRL or verl
+    ``reading``         replay, diagnose: read what a run left behind
+    ``classroom``       lessons, check-answers: the lessons copied out, a class's answers read
+    ``flags``           every GRPOConfig field as a flag (help from its docstring), --preset
+    ``__main__``        ``python -m grpo_edu.cli``
 """
 
 from importlib import import_module
@@ -114,9 +124,9 @@ _EXPORTS = {
     **dict.fromkeys(["to_trl", "to_verl", "format_export", "verl_command"], "beyond.export"),
     **dict.fromkeys(["run_trl", "run_trl_processes", "launch_command"], "beyond.graduation"),
     **dict.fromkeys(["memory_table"], "beyond.memory"),
-    **dict.fromkeys(["check", "reveal", "show"], "course.exercises"),
-    **dict.fromkeys(["CLINIC_MENU"], "course.exercise_bank"),
-    **dict.fromkeys(["check_claim"], "course.claims"),
+    **dict.fromkeys(["check", "reveal", "show"], "course.aids.exercises"),
+    **dict.fromkeys(["CLINIC_MENU"], "course.aids.exercise_bank"),
+    **dict.fromkeys(["check_claim"], "course.aids.claims"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

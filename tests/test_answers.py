@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from grpo_edu.course import answers
-from grpo_edu.course.answers import lesson_file, read_class, read_notebook
+from grpo_edu.course.classroom import answers
+from grpo_edu.course.classroom.answers import lesson_file, read_class, read_notebook
 
 
 def _lesson(lesson="07"):

@@ -1,6 +1,6 @@
 """The lessons in a real browser, the way a student uses them: JupyterLab + headless Chromium.
 
-For each lesson with a widget panel, Chromium (driven by Playwright, through grpo_edu.course.browser):
+For each lesson with a widget panel, Chromium (driven by Playwright, through grpo_edu.course.testing.browser):
 
 1. opens the lesson *unrun* and checks what a student sees first: no "0%" progress bar, the
    panel's hint to run the cell, and a notebook JupyterLab does not mark modified;
@@ -18,7 +18,7 @@ installs chromium, so CI runs it.
 
 import pytest
 
-from grpo_edu.course import browser
+from grpo_edu.course.testing import browser
 
 # lesson → (the panel's call, exactly as its cell reads; moves: (control label, how, argument); run every cell?)
 PANELS = {
@@ -54,7 +54,7 @@ def lab(tmp_path_factory):
 
 
 def _library_table(panel):
-    from grpo_edu.course import viz
+    from grpo_edu.course.aids import viz
 
     return next(out for out in panel.outputs if isinstance(out, viz.Table))._cells()
 
@@ -73,7 +73,7 @@ def _expected_value(control, how, arg):
 
 @pytest.mark.parametrize("lesson", list(PANELS))
 def test_a_student_opens_runs_and_plays_with_the_panel(lab, lesson):
-    from grpo_edu.course import widgets  # noqa: F401 (the panel calls below name it)
+    from grpo_edu.course.aids import widgets  # noqa: F401 (the panel calls below name it)
 
     page, base, console_errors = lab
     call, moves, run_all = PANELS[lesson]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from grpo_edu.course.claims import LOG_ENV, ClaimFailed, check_claim
+from grpo_edu.course.aids.claims import LOG_ENV, ClaimFailed, check_claim
 
 
 def test_holding_claim_prints_statement_and_bound_not_the_value(capsys):

@@ -125,7 +125,7 @@ def test_train_help_gives_each_fields_meaning_and_choices(capsys):
         sentence = cli.first_sentence(doc)
         assert sentence.endswith((".", ")")) and len(sentence) > 10, name
         assert _squash(sentence) in text, name
-    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3", "sums")}.items():
+    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3", "sums", "calc")}.items():
         assert _squash(f"Choices: {', '.join(choices)}.") in text, name
     assert cli.first_sentence('Advantage scaling: "none" (Dr. GRPO). More.') == 'Advantage scaling: "none" (Dr. GRPO).'
     assert cli.first_sentence("Sets it, e.g. to 3. Then more.") == "Sets it, e.g. to 3."

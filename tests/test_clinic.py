@@ -1,13 +1,13 @@
-"""grpo_edu.course.clinic: the lesson 09 cases, their rewards, and the report that runs them."""
+"""grpo_edu.course.experiments.clinic: the lesson 09 cases, their rewards, and the report that runs them."""
 
 import io
 import json
 
 import pytest
 
-from grpo_edu.course import clinic
-from grpo_edu.course.clinic import CASES, REWARDS, Runs, brevity_if_correct, str_vs_int_reward
-from grpo_edu.course.exercise_bank import CLINIC_MENU, PREDICTIONS
+from grpo_edu.course.experiments import clinic
+from grpo_edu.course.experiments.clinic import CASES, REWARDS, Runs, brevity_if_correct, str_vs_int_reward
+from grpo_edu.course.aids.exercise_bank import CLINIC_MENU, PREDICTIONS
 
 
 def test_the_broken_reward_pays_nothing_even_for_a_right_answer():

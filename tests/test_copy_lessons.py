@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from grpo_edu.cli import main
-from grpo_edu.course.copy_lessons import copy_lessons, lessons_dir
+from grpo_edu.course.classroom.copy_lessons import copy_lessons, lessons_dir
 
 
 def test_the_lessons_are_copied_once_and_an_unchanged_copy_is_left_alone(tmp_path, capsys):
@@ -97,7 +97,7 @@ def test_two_forced_updates_in_the_same_second_keep_both_versions(tmp_path, monk
 
 RACE = """
 import sys, time
-from grpo_edu.course.copy_lessons import copy_lessons
+from grpo_edu.course.classroom.copy_lessons import copy_lessons
 start = float(sys.argv[3])
 while time.time() < start:
     pass
@@ -234,7 +234,7 @@ def test_names_with_control_characters_are_shown_escaped(tmp_path, capsys):
 
 
 def test_a_lock_left_by_a_killed_run_does_not_stop_the_next(tmp_path):
-    from grpo_edu.course.copy_lessons import LOCK
+    from grpo_edu.course.classroom.copy_lessons import LOCK
 
     copy_lessons(tmp_path / "mine")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -248,7 +248,7 @@ def test_a_lock_left_by_a_killed_run_does_not_stop_the_next(tmp_path):
 
 def test_a_run_that_holds_the_folder_makes_the_next_wait_then_refuse_by_name(tmp_path):
     from grpo_edu.common import locks
-    from grpo_edu.course.copy_lessons import LOCK
+    from grpo_edu.course.classroom.copy_lessons import LOCK
 
     (tmp_path / "mine").mkdir()
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from grpo_edu.course import doctor
+from grpo_edu.course.classroom import doctor
 from grpo_edu.training.models import ASSETS
 
 

@@ -1,4 +1,4 @@
-"""Code-writing exercises and predict-then-run questions (grpo_edu.course.exercises).
+"""Code-writing exercises and predict-then-run questions (grpo_edu.course.aids.exercises).
 
 Each code exercise is checked with a correct solution written here by hand, independently of
 the library, and with typical wrong ones: a bug in the reference, the inputs or the
@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from grpo_edu.course.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
-from grpo_edu.course.exercises import check, reveal
+from grpo_edu.course.aids.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
+from grpo_edu.course.aids.exercises import check, reveal
 
 
 def _policy_gradient_by_hand(logits, answers, advantages, minus_pi=True):

@@ -299,7 +299,7 @@ def test_an_existing_json_file_is_refused_before_the_runs(tmp_path, capsys, monk
 
 # --- the stored comparison lesson 13 reads ---------------------------------------------------------------------
 def test_tokens_to_target_by_hand():
-    from grpo_edu.course.family import tokens_to_target
+    from grpo_edu.course.experiments.family import tokens_to_target
 
     history = [{"step": i + 1, "accuracy": a, "completion_length": 3.0} for i, a in enumerate([0.5, 0.6, 0.8, 0.9, 0.7])]
     assert tokens_to_target(history, 10, target=0.75, window=2) == (4, 4 * 3.0 * 10)       # (0.8 + 0.9) / 2 ≥ 0.75

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from grpo_edu.course import viz, widgets
-from grpo_edu.course.forgetting import probe, run_phase
+from grpo_edu.course.aids import viz, widgets
+from grpo_edu.course.experiments.forgetting import probe, run_phase
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
 from grpo_edu.training.replay import ReplayBuffer, ReplaySample, eviction_order, replay_composition, replay_count
@@ -156,7 +156,7 @@ def test_forgetting_panel_redraws_the_chosen_run_without_training():
 
 
 def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, capsys):
-    from grpo_edu.course import forgetting
+    from grpo_edu.course.experiments import forgetting
 
     monkeypatch.setattr(forgetting, "PHASE_A_STEPS", 2)
     monkeypatch.setattr(forgetting, "PHASE_B_STEPS", 2)
@@ -171,7 +171,7 @@ def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, cap
 
 
 def test_a_frozen_notebook_admits_nothing_in_phase_b(tmp_path, monkeypatch, random_model, char_tokenizer):
-    from grpo_edu.course import forgetting
+    from grpo_edu.course.experiments import forgetting
     from grpo_edu.training.replay import ReplayBuffer, ReplaySample
 
     monkeypatch.setattr(forgetting, "PHASE_B_STEPS", 2)
@@ -204,7 +204,7 @@ def _offering_step(step):
 
 def test_a_phase_stopped_midway_lets_go_of_its_buffer_file(tmp_path, monkeypatch, random_model, char_tokenizer):
     """Jupyter's Stop in the middle of phase A must not leave the notebook file locked for the rerun."""
-    from grpo_edu.course import forgetting
+    from grpo_edu.course.experiments import forgetting
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt

@@ -1,4 +1,4 @@
-"""grpo_edu.course.kernel_start: a notebook kernel that dies while starting is started again.
+"""grpo_edu.course.testing.kernel_start: a notebook kernel that dies while starting is started again.
 
 The real race is reproduced: jupyter_client is handed, for the first kernel, a shell port that another
 socket already holds, so that kernel exits at once ("Address already in use"), as it did in CI."""
@@ -11,7 +11,7 @@ pytest.importorskip("nbval")
 import nbval.kernel  # noqa: E402
 from jupyter_client.connect import LocalPortCache  # noqa: E402
 
-from grpo_edu.course import kernel_start  # noqa: E402
+from grpo_edu.course.testing import kernel_start  # noqa: E402
 
 
 @pytest.fixture

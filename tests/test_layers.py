@@ -1,7 +1,8 @@
 """The package's layers, read from the source: no module imports a layer above its own, nothing
 imports in a circle, and the package docstring's map lists every module where it lives.
 
-Layers, bottom to top: common → core → training → beyond → course → cli. A module may import its
+Layers, bottom to top: common → core → training → beyond → course → cli (course/ and cli/ hold subpackages, the
+course's rooms, and modules; a room is part of its layer). A module may import its
 own layer and those below (a function-level import counts as much as one at the top: it runs too).
 """
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import grpo_edu
+from grpo_edu.course import ROOM_OF
 
 PACKAGE = Path(grpo_edu.__file__).parent
 LAYERS = ("common", "core", "training", "beyond", "course", "cli")
@@ -38,6 +40,13 @@ def _layer(module):
     return module.split(".")[0]
 
 
+def in_its_room(name):
+    """'course.viz' (a path from before the rooms, which still imports) → 'course.aids.viz'."""
+    layer, _, rest = name.partition(".")
+    head = rest.split(".")[0]
+    return f"course.{ROOM_OF[head]}.{rest}" if layer == "course" and head in ROOM_OF else name
+
+
 def imported_modules(path):
     """The grpo_edu modules a file imports, as 'layer.module' (or 'layer' for a subpackage itself)."""
     targets = set()
@@ -50,7 +59,7 @@ def imported_modules(path):
         else:
             continue
         for name in names:
-            inside = name[len("grpo_edu."):] if name.startswith("grpo_edu.") else ""
+            inside = in_its_room(name[len("grpo_edu."):]) if name.startswith("grpo_edu.") else ""
             while inside and inside not in MODULES:
                 inside = inside.rpartition(".")[0]
             if inside:
@@ -87,7 +96,7 @@ def test_the_check_sees_an_upward_import(tmp_path):
     """The check itself: a core module that imports the course's figures is reported."""
     bad = tmp_path / "advantages.py"
     bad.write_text("def f():\n    from grpo_edu.course import viz\n    from grpo_edu.training.config import GRPOConfig\n")
-    assert upward_imports({"core.advantages": bad}) == [("core.advantages", "course.viz"),
+    assert upward_imports({"core.advantages": bad}) == [("core.advantages", "course.aids.viz"),
                                                          ("core.advantages", "training.config")]
     fine = tmp_path / "trainer.py"
     fine.write_text("from grpo_edu.core.losses import grpo_loss\nfrom grpo_edu.common import progress\n")
@@ -118,13 +127,19 @@ def test_no_import_cycles():
 
 
 def test_the_package_map_lists_every_module_in_its_layer():
-    doc = grpo_edu.__doc__
-    sections = dict(re.findall(r"``(\w+)/``(.*?)(?=\n``\w+/``|\n``cli``|\Z)", doc, flags=re.S))
-    for module in MODULES:
-        layer, _, name = module.partition(".")
-        if not name:
+    """Each module under its layer's heading; a module of a room (course/aids/viz.py) under its room's."""
+    sections = dict(re.findall(r"``(\w+)/``(.*?)(?=\n``\w+/``|\Z)", grpo_edu.__doc__, flags=re.S))
+    for module, path in MODULES.items():
+        layer, *inside = module.split(".")
+        text = sections.get(layer, "")
+        if not inside:
             continue
-        assert f"``{name}``" in sections.get(layer, ""), f"the package docstring's map misses {module}"
+        if path.name == "__init__.py":                        # a room: course.aids
+            assert f"``{inside[-1]}/``" in text, f"the package docstring's map misses the room {module}"
+            continue
+        if len(inside) == 2:                                  # course.aids.viz: listed in its room's lines
+            text = dict(re.findall(r"``(\w+)/``(.*?)(?=\n\s+``\w+/``|\Z)", text, flags=re.S)).get(inside[0], "")
+        assert f"``{inside[-1]}``" in text, f"the package docstring's map misses {module}"
 
 
 def test_every_exported_name_lives_where_the_table_says():
@@ -153,10 +168,10 @@ def _lesson_modules(notebook):
             for alias in node.names:
                 if node.module == "grpo_edu":
                     modules.add(grpo_edu._EXPORTS[alias.name])
-                elif f"{node.module[len('grpo_edu.'):]}.{alias.name}" in MODULES:
-                    modules.add(f"{node.module[len('grpo_edu.'):]}.{alias.name}")
+                elif in_its_room(f"{node.module[len('grpo_edu.'):]}.{alias.name}") in MODULES:
+                    modules.add(in_its_room(f"{node.module[len('grpo_edu.'):]}.{alias.name}"))
                 else:
-                    modules.add(node.module[len("grpo_edu."):])
+                    modules.add(in_its_room(node.module[len("grpo_edu."):]))
     return modules
 
 
@@ -170,3 +185,21 @@ def test_each_lesson_opens_with_the_files_it_builds_on(lesson):
     assert modules, f"{lesson.name} imports nothing from grpo_edu"
     missing = [m for m in sorted(modules) if f"grpo_edu/{m.replace('.', '/')}.py" not in opening]
     assert not missing, f"{lesson.name}'s opening does not say where these live: {missing}"
+
+
+def test_the_paths_from_before_the_rooms_still_import():
+    """course/ sorted into rooms: a lesson's `from grpo_edu.course import viz`, an old dotted path and
+    `python -m grpo_edu.course.claims` reach the room's module itself, never a second copy of it."""
+    import importlib
+    import subprocess
+    import sys
+
+    from grpo_edu.course import ROOM_OF, clinic
+
+    for name, room in ROOM_OF.items():
+        real = importlib.import_module(f"grpo_edu.course.{room}.{name}")
+        assert importlib.import_module(f"grpo_edu.course.{name}") is real, name
+        assert real.__spec__.name == real.__name__ == f"grpo_edu.course.{room}.{name}"
+    assert clinic is importlib.import_module("grpo_edu.course.experiments.clinic")
+    run = subprocess.run([sys.executable, "-m", "grpo_edu.course.claims", "--help"], capture_output=True, text=True)
+    assert run.returncode == 0 and "--seeds" in run.stdout, run.stderr

@@ -1,4 +1,4 @@
-"""grpo_edu.course.lesson_times: the arithmetic of the budgets, and the pytest plugin on a real run of
+"""grpo_edu.course.testing.lesson_times: the arithmetic of the budgets, and the pytest plugin on a real run of
 two small notebooks and a test file (as the README's test command uses it)."""
 
 import json
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grpo_edu.course.lesson_times import (BENCH_ENV, BUDGET_ENV, FAIL_FACTOR, LESSON_BUDGET_S, REFERENCE_STEP_MS,
+from grpo_edu.course.testing.lesson_times import (BENCH_ENV, BUDGET_ENV, FAIL_FACTOR, LESSON_BUDGET_S, REFERENCE_STEP_MS,
                                           SCALED, SOLO, THREAD_VARIABLES, LessonClock, bench_step_from_env,
                                           lesson_rows, over_budget, scaled)
 
@@ -33,7 +33,7 @@ def test_rows_say_ok_over_and_fail_at_the_right_budgets():
 
 
 def test_a_notebook_or_a_test_file_is_one_piece_of_work_and_the_solo_files_are_one():
-    from grpo_edu.course.lesson_times import _scope
+    from grpo_edu.course.testing.lesson_times import _scope
 
     assert _scope("lessons/05_toy_grpo.ipynb::Cell 7") == _scope("lessons/05_toy_grpo.ipynb::Cell 40")
     assert _scope("tests/test_kl.py::test_a[1]") == _scope("tests/test_kl.py::TestK3::test_b") == "tests/test_kl.py"
@@ -65,7 +65,7 @@ def _run(tmp_path, *args, bench_ms=None, mode=None):
         env[BENCH_ENV] = str(bench_ms)
     if mode is not None:
         env[BUDGET_ENV] = mode
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "grpo_edu.course.lesson_times", "-p",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "grpo_edu.course.testing.lesson_times", "-p",
                            "no:cacheprovider", "-v", "--nbval", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -157,7 +157,7 @@ def test_lesson_times_command_times_the_given_lessons(course, capfd):
     (["no/such/lesson.ipynb"], "lessons: no/such/lesson.ipynb not found. Fix: name notebooks"),
 ])
 def test_lesson_times_command_names_a_bad_argument_before_any_work(argv, message, capsys):
-    from grpo_edu.course.lesson_times import main
+    from grpo_edu.course.testing.lesson_times import main
 
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--step-ms", "80"] if "--step-ms" not in argv else argv)
@@ -172,7 +172,7 @@ def test_a_bad_bench_step_stops_the_run_before_any_test(tmp_path):
 
 
 def test_the_longest_pieces_go_first_and_a_pieces_tests_stay_together():
-    from grpo_edu.course.lesson_times import GROUPED, pytest_collection_modifyitems
+    from grpo_edu.course.testing.lesson_times import GROUPED, pytest_collection_modifyitems
 
     def item(nodeid, trains=False):
         return SimpleNamespace(nodeid=nodeid, cell={"metadata": {"tags": ["parameters"] if trains else []}})

@@ -73,8 +73,8 @@ HAND_COMPUTED = {
 
 @pytest.mark.parametrize("ex_id", sorted(HAND_COMPUTED))
 def test_exercise_solutions_match_hand_computed_answers(ex_id):
-    from grpo_edu.course.exercise_bank import EXERCISES
-    from grpo_edu.course.exercises import check
+    from grpo_edu.course.aids.exercise_bank import EXERCISES
+    from grpo_edu.course.aids.exercises import check
 
     expected = HAND_COMPUTED[ex_id]
     got = EXERCISES[ex_id].solution()
@@ -88,7 +88,7 @@ def test_exercise_solutions_match_hand_computed_answers(ex_id):
 
 
 def test_default_run_exercises_follow_the_config():
-    from grpo_edu.course.exercise_bank import EXERCISES
+    from grpo_edu.course.aids.exercise_bank import EXERCISES
     from grpo_edu.training.config import GRPOConfig
 
     c = GRPOConfig()
@@ -97,8 +97,8 @@ def test_default_run_exercises_follow_the_config():
 
 
 def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
-    from grpo_edu.course.exercise_bank import EXERCISES
-    from grpo_edu.course.exercises import check
+    from grpo_edu.course.aids.exercise_bank import EXERCISES
+    from grpo_edu.course.aids.exercises import check
 
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"08.1", "08.2", "08.3", "08.4",
                                                    "02.4", "03.4", "04.5", "04.6", "05.6", "06.5",
@@ -167,14 +167,15 @@ def test_every_faq_link_points_at_a_lesson_heading_that_exists():
     for notebook, anchor in links:
         path = ROOT / "lessons" / notebook
         assert path.exists(), notebook
-        headings = {line.lstrip("#").strip().replace(" ", "-")
+        # JupyterLab's anchor: the heading as rendered (no backticks), spaces → hyphens
+        headings = {line.lstrip("#").strip().replace("`", "").replace(" ", "-")
                     for cell in json.loads(path.read_text(encoding="utf-8"))["cells"] if cell["cell_type"] == "markdown"
                     for line in "".join(cell["source"]).splitlines() if re.match(r"#{1,4} ", line)}
         assert anchor in headings, f"docs/FAQ.md links {notebook}#{anchor}, which is no heading there"
 
 
 def test_the_instructors_guide_covers_every_lesson_and_its_polls_exist():
-    from grpo_edu.course.exercise_bank import PREDICTIONS
+    from grpo_edu.course.aids.exercise_bank import PREDICTIONS
 
     text = (ROOT / "docs" / "INSTRUCTORS.md").read_text(encoding="utf-8")
     listed = re.findall(r"^\| (\d\d[a-z]?) ", text, re.M)

@@ -1,10 +1,10 @@
-"""Lesson 12's race (``python -m grpo_edu.course.variants``): every variant runs, and the table reads."""
+"""Lesson 12's race (``python -m grpo_edu.course.experiments.variants``): every variant runs, and the table reads."""
 
 import math
 
 import pytest
 
-from grpo_edu.course import variants
+from grpo_edu.course.experiments import variants
 
 
 def test_a_variant_runs_on_lesson_11s_model_and_reports_every_metric():
@@ -33,7 +33,7 @@ def test_stored_races_merge_with_their_kernels(tmp_path):
     row = dict.fromkeys(variants.METRICS, 0.5)
     for kernels, seeds in (("AVX512", (0, 1)), ("DEFAULT", (0,))):
         (tmp_path / f"{kernels}.json").write_text(json.dumps(
-            {"command": "python -m grpo_edu.course.variants --seeds …", "cpu_capability": kernels, "torch": "x",
+            {"command": "python -m grpo_edu.course.experiments.variants --seeds …", "cpu_capability": kernels, "torch": "x",
              "results": {"grpo": [{**row, "seed": s} for s in seeds]}}))
     merged, info = variants.stored_race(tmp_path)
     assert [(r["kernels"], r["seed"]) for r in merged["grpo"]] == [("AVX512", 0), ("AVX512", 1), ("DEFAULT", 0)]
@@ -139,7 +139,7 @@ def test_the_race_metrics_average_steps_13_to_16_at_a_quarter_of_the_peak_rate_o
 
 
 def test_the_difference_table_and_plot_show_every_seed():
-    from grpo_edu.course import viz
+    from grpo_edu.course.aids import viz
 
     race = _race({"grpo": {("A", 0): 0.6, ("A", 1): 0.7, ("A", 2): 0.65},
                   "x": {("A", 0): 0.5, ("A", 1): 0.6, ("A", 2): 0.5}})
@@ -152,7 +152,7 @@ def test_the_difference_table_and_plot_show_every_seed():
 
 
 def test_race_curves_draw_every_setting_of_the_race_and_refuse_more_than_their_colours():
-    from grpo_edu.course import viz
+    from grpo_edu.course.aids import viz
 
     rows = lambda v: [{"curve": [v, v + 0.1]}, {"curve": [v, v + 0.2]}]        # noqa: E731
     fig = viz.race_curves({name: rows(i / 10) for i, name in enumerate(variants.VARIANTS)})

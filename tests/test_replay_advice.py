@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from grpo_edu.course import forgetting, replay_advice
-from grpo_edu.course.forgetting import PhaseRecord
+from grpo_edu.course.experiments import forgetting, replay_advice
+from grpo_edu.course.experiments.forgetting import PhaseRecord
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.replay import ReplayBuffer, ReplaySample
 from grpo_edu.training.tasks import get_task
@@ -66,5 +66,5 @@ def test_the_stored_runs_cover_every_variant_seed_and_kernel_set():
     files = sorted((replay_advice.ASSETS_FOLDER).glob("*.json"))
     meta = [json.loads(f.read_text(encoding="utf-8")) for f in files]
     assert {m["ATEN_CPU_CAPABILITY"] for m in meta} == {"", "default"}
-    assert all("python -m grpo_edu.course.replay_advice --seeds" in m["command"] for m in meta)
+    assert all("python -m grpo_edu.course.experiments.replay_advice --seeds" in m["command"] for m in meta)
     assert len(rows) == 2 * 3 * len(replay_advice.VARIANTS)

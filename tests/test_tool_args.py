@@ -100,7 +100,7 @@ def test_a_harmless_contradiction_warns_once_naming_the_fields(kwargs, names):
 
 
 def test_the_defaults_and_the_shipped_variants_warn_of_nothing():
-    from grpo_edu.course.variants import COMMON, VARIANTS
+    from grpo_edu.course.experiments.variants import COMMON, VARIANTS
     from grpo_edu.training.config import PRESETS
 
     with warnings.catch_warnings():
@@ -177,7 +177,7 @@ def _unwritable_cases(tmp_path, monkeypatch):
 
 @pytest.fixture
 def no_race(monkeypatch):
-    from grpo_edu.course import variants
+    from grpo_edu.course.experiments import variants
 
     def refuse(*args, **kwargs):
         raise AssertionError("the race started before the arguments were checked")
@@ -250,7 +250,7 @@ def test_bench_names_a_bad_argument_before_the_run(capsys, no_bench, argv, says)
 def test_lesson_times_caps_its_workers_at_this_machines_cpus(monkeypatch, capsys):
     import subprocess
 
-    from grpo_edu.course import lesson_times
+    from grpo_edu.course.testing import lesson_times
 
     ran = []
     monkeypatch.setattr(subprocess, "run", lambda command, **kw: ran.append(command) or subprocess.CompletedProcess(

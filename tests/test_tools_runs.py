@@ -1,4 +1,4 @@
-"""Lesson 15's runs (grpo_edu.course.tools_runs) and the bundled tiny-calc model."""
+"""Lesson 15's runs (grpo_edu.course.experiments.tools_runs) and the bundled tiny-calc model."""
 
 import json
 

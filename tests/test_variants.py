@@ -419,7 +419,7 @@ def test_lesson_12s_map_names_grpo_edus_own_fields_and_the_race_runs_them():
     from pathlib import Path
 
     from grpo_edu import GRPOConfig
-    from grpo_edu.course.variants import COMMON, VARIANTS
+    from grpo_edu.course.experiments.variants import COMMON, VARIANTS
 
     cells = json.loads((Path(__file__).parents[1] / "lessons" / "12_variants.ipynb").read_text(encoding="utf-8"))["cells"]
     text = next("".join(c["source"]) for c in cells if "grpo_edu's `GRPOConfig` field" in "".join(c["source"]))

@@ -16,7 +16,7 @@ from grpo_edu.core.advantages import dead_group_probability, group_advantages, r
 from grpo_edu.core.kl import kl_estimate
 from grpo_edu.core.losses import grpo_loss
 from grpo_edu.core.schedule import TrainingSchedule
-from grpo_edu.course import viz, widgets
+from grpo_edu.course.aids import viz, widgets
 
 SEED_EXAMPLE = dict(dataset_size=2000, batch_size=4, num_generations=8, total_epochs=3, total_training_steps=1000)
 
@@ -256,8 +256,8 @@ def test_panel_display_publishes_controls_then_results(monkeypatch):
 
 
 def test_lesson_04_exercises_are_computed_by_the_library():
-    from grpo_edu.course.exercise_bank import EXERCISES
-    from grpo_edu.course.exercises import check
+    from grpo_edu.course.aids.exercise_bank import EXERCISES
+    from grpo_edu.course.aids.exercises import check
 
     expected = {"04.1": 1.2, "04.2": 2.56, "04.3": 0.1931, "04.4": 1 / 16}
     for exercise_id, value in expected.items():
@@ -322,7 +322,7 @@ def test_live_plot_redraws_every_k_steps_in_place(monkeypatch):
         shown.append((figure, handle))
         return "handle"
 
-    from grpo_edu.course import viz_runs
+    from grpo_edu.course.aids import viz_runs
 
     monkeypatch.setattr(viz_runs, "_show_in_place", fake_show)   # LivePlot lives there; viz re-exports it
     evals = [{"step": 0, "accuracy": 0.5}]
@@ -359,8 +359,8 @@ def test_live_plot_as_a_trainer_callback(random_model, char_tokenizer):
 
 
 def test_lesson_05_and_08_exercises_are_computed_by_the_library():
-    from grpo_edu.course.exercise_bank import EXERCISES
-    from grpo_edu.course.exercises import check
+    from grpo_edu.course.aids.exercise_bank import EXERCISES
+    from grpo_edu.course.aids.exercises import check
 
     expected = {"05.1": 1.0, "05.2": 1.2907, "05.3": 0.7837, "05.4": 0.4112, "05.5": -0.1875, "08.1": 128, "08.2": 6.329}
     for exercise_id, value in expected.items():

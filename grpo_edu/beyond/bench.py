@@ -514,7 +514,7 @@ def step_ms(rounds=5, steps=20, warmup=3, threads=1):
     ``threads`` torch threads (one, as each worker of the test run has).
 
     The course's time budgets are set for a machine where this is 80 ms
-    (``grpo_edu.course.lesson_times``); a machine where it is s ms runs a lesson about 80 / s
+    (``grpo_edu.course.testing.lesson_times``); a machine where it is s ms runs a lesson about 80 / s
     times as fast. On the slowest CPU seen a step took 82.6 ms on one thread and 78.7 ms on two.
     """
     return statistics.median(_run_child("grpo_edu", steps, warmup, threads)["median_step_s"]

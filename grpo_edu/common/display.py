@@ -2,7 +2,7 @@
 
 These are the plain display pieces every layer may use: ``diagnose`` draws its evidence in the
 course's colours, ``memory`` prints a ``Table``, the lessons print ``show_source``. The figures
-themselves live in ``grpo_edu.course.viz``. Nothing here imports matplotlib.
+themselves live in ``grpo_edu.course.aids.viz``. Nothing here imports matplotlib.
 """
 
 import html

@@ -193,7 +193,7 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
 
 
 def main(argv=None):
-    """``python -m grpo_edu.course.forgetting``: lesson 06's experiment for several seeds, as a table."""
+    """``python -m grpo_edu.course.experiments.forgetting``: lesson 06's experiment for several seeds, as a table."""
     import argparse
     import tempfile
     import warnings
@@ -201,7 +201,7 @@ def main(argv=None):
 
     from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
 
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.forgetting", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.forgetting", description=main.__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--ratios", type=float, nargs="+", default=[0.0, 0.1, 0.3, 0.5])
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="phase B's (default 1e-3)")

@@ -1,14 +1,16 @@
 """The README's pictures, made from the real lessons and the real main job.
 
-``python -m grpo_edu.course.screenshots`` writes into ``assets/figures/``:
+``python -m grpo_edu.course.testing.screenshots`` writes into ``assets/figures/``:
 
 * ``lesson01_panel.png``: lesson 01's schedule panel live in JupyterLab (headless Chromium,
-  through :mod:`grpo_edu.course.browser`, the tooling of the browser test), after a student's two moves:
+  through :mod:`grpo_edu.course.testing.browser`, the tooling of the browser test), after a student's two moves:
   batch_size 4 → 5 with the arrow key, and 1500 typed into dataset_size's readout.
+* ``site_lesson.png``: a lesson page of the course's website (``grpo-edu site``) in Chromium: lesson 04's
+  §3 down to its table, with typeset math, a figure, a table and Chinese text (docs/site.md).
 * ``main_job_curves.png``: ``viz.training_curves`` of the main job, ``grpo-edu train``'s
   defaults (1500 steps, seed 0), trained here; about 2 minutes on a 2-core CPU.
 
-``--only panel`` or ``--only curves`` makes one of them.
+``--only panel``, ``--only curves`` or ``--only site`` makes one of them.
 """
 
 import argparse
@@ -22,7 +24,8 @@ FIGURES = ASSETS / "figures"
 
 
 def panel_screenshot(out=FIGURES / "lesson01_panel.png"):
-    from grpo_edu.course import browser, viz, widgets
+    from grpo_edu.course.testing import browser
+    from grpo_edu.course.aids import viz, widgets
 
     problem = browser.missing()
     if problem:
@@ -44,8 +47,42 @@ def panel_screenshot(out=FIGURES / "lesson01_panel.png"):
     return out
 
 
+SECTION_TO_TABLE = """(id) => {
+    const section = document.getElementById(id), table = section && section.querySelector('table');
+    if (!table) return null;
+    const top = section.getBoundingClientRect().top + window.scrollY;
+    const box = section.getBoundingClientRect(), end = table.getBoundingClientRect().bottom + window.scrollY;
+    return {x: box.left - 8, y: top - 8, width: box.width + 16, height: end - top + 24};
+}"""
+"""A page's section from its heading down to its first table."""
+
+
+def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss", section="the-ratio-and-the-clip"):
+    """A lesson page of ``grpo-edu site`` in Chromium, one section from its heading to its first table: in lesson 04's
+    §3, the formula, a term in Chinese, a figure and a table. Chinese needs a CJK font on this machine
+    (Debian: apt-get install fonts-wqy-microhei)."""
+    from grpo_edu.course.testing import browser
+    from grpo_edu.course.classroom import site
+
+    problem = browser.missing()
+    if problem:
+        raise SystemExit(f"cannot take the screenshot: {problem}")
+    with tempfile.TemporaryDirectory() as work:
+        site.build(Path(work) / "html")
+        with browser.static_site(Path(work) / "html") as base, browser.chromium() as chrome:
+            page = chrome.new_page(viewport={"width": 1500, "height": 900}, device_scale_factor=1)
+            page.goto(f"{base}/lessons/{lesson}.html", wait_until="load")
+            page.evaluate("async () => { if (window.MathJax) await MathJax.startup.promise; }")
+            clip = page.evaluate(SECTION_TO_TABLE, section)
+            if clip is None:
+                raise SystemExit(f"section: {lesson}'s page has no section {section!r} with a table")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(out), clip=clip, full_page=True)
+    return out
+
+
 def main_job_curves(out=FIGURES / "main_job_curves.png"):
-    from grpo_edu.course import viz
+    from grpo_edu.course.aids import viz
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
@@ -60,13 +97,15 @@ def main_job_curves(out=FIGURES / "main_job_curves.png"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.screenshots", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("panel", "curves"))
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.testing.screenshots", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("panel", "curves", "site"))
     args = parser.parse_args(argv)
     if args.only in (None, "panel"):
         print("wrote", panel_screenshot())
     if args.only in (None, "curves"):
         print("wrote", main_job_curves())
+    if args.only in (None, "site"):
+        print("wrote", site_screenshot())
     return 0
 
 

@@ -350,7 +350,7 @@ def rloo_ref(rewards):
 
 
 def gated_brevity_ref(completions, answers, max_length):
-    from grpo_edu.course.clinic import brevity_if_correct
+    from grpo_edu.course.experiments.clinic import brevity_if_correct
 
     return brevity_if_correct(int(max_length))(None, list(completions), list(answers))
 

@@ -1,7 +1,7 @@
 """The replay article's advice, measured on lesson 06's forgetting experiment (回放建议，实测).
 
 Source article 000 gives four pieces of advice this module puts to the test, each as one change
-to phase B of :mod:`grpo_edu.course.forgetting` (addition learned in phase A, subtraction in phase
+to phase B of :mod:`grpo_edu.course.experiments.forgetting` (addition learned in phase A, subtraction in phase
 B, A's notebook replayed):
 
 * the ratio: new:replayed 7:3 or 8:2, "raise it to 6:4 late in training";
@@ -19,7 +19,7 @@ Training efficiency is counted here as the article means it, per step, and also 
 generated (the compute): the first probe at which subtraction (B) reaches :data:`TARGET`, and the
 first at which both tasks do (without replay, addition falls below it).
 
-``python -m grpo_edu.course.replay_advice --seeds 0 1 2 --json FOLDER`` runs every variant and
+``python -m grpo_edu.course.experiments.replay_advice --seeds 0 1 2 --json FOLDER`` runs every variant and
 prints one line per run (about 4 minutes a seed on one core); lesson 06 reads the stored results in
 ``assets/replay-advice/``, made by that command with this CPU's kernels and with
 ``ATEN_CPU_CAPABILITY=default --label default``. The stored ``seconds per step`` were timed while other
@@ -34,7 +34,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from grpo_edu.course import forgetting
+from grpo_edu.course.experiments import forgetting
 from grpo_edu.training.models import ASSETS
 
 ASSETS_FOLDER = ASSETS / "replay-advice"
@@ -175,7 +175,7 @@ def stored(folder=None):
     folder = Path(folder) if folder else ASSETS_FOLDER
     files = sorted(folder.glob("*.json"))
     if not files:
-        raise FileNotFoundError(f"folder: no stored runs in {folder}. Fix: run python -m grpo_edu.course.replay_advice "
+        raise FileNotFoundError(f"folder: no stored runs in {folder}. Fix: run python -m grpo_edu.course.experiments.replay_advice "
                                 f"--seeds 0 1 2 --json {folder}")
     rows = []
     for f in files:
@@ -194,7 +194,7 @@ def by_run(rows):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.replay_advice",
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.replay_advice",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None)
@@ -215,7 +215,7 @@ def main(argv=None):
             folder.mkdir(parents=True, exist_ok=True)
             capability = os.environ.get("ATEN_CPU_CAPABILITY", "")
             meta = {"command": (f"ATEN_CPU_CAPABILITY={capability} " if capability else "")
-                    + f"OMP_NUM_THREADS=1 python -m grpo_edu.course.replay_advice --seeds {seed} --json {args.json} "
+                    + f"OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.replay_advice --seeds {seed} --json {args.json} "
                     f"--label {args.label}",
                     "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY", ""),
                     "torch": torch.__version__, "machine": platform.machine()}

@@ -8,7 +8,7 @@ outputs, and a live notebook updates them. No ``ipywidgets.Output`` is used: wha
 captures is not saved when a notebook runs headless.
 
 Panels compute nothing themselves. Every number comes from the library modules
-(``schedule``, ``advantages``, ``kl``, ``losses``), mostly through ``grpo_edu.course.viz``.
+(``schedule``, ``advantages``, ``kl``, ``losses``), mostly through ``grpo_edu.course.aids.viz``.
 Each builder returns a ``Panel``; ``panel.outputs`` holds what it shows right now and
 ``panel.params`` the control values, so tests can compare them with the library.
 """
@@ -18,7 +18,7 @@ from IPython.display import display
 
 from grpo_edu.core.advantages import dead_group_probability, group_advantages, group_stats, rank_advantages
 from grpo_edu.core.schedule import TrainingSchedule, micro_batch_sizes
-from grpo_edu.course import viz
+from grpo_edu.course.aids import viz
 
 _STYLE = {"description_width": "170px"}     # one label width: every slider's track starts at the same place
 _LAYOUT = {"width": "460px"}                # and has the same length

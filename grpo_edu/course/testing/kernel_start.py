@@ -9,7 +9,7 @@ then a new kernel finds a port taken and exits at once: "Kernel died before repl
 every cell of that notebook errors. CI saw it once, on lesson 10 under the portable kernels. nbval sends
 the kernel's stderr to /dev/null, so the reason is lost, and it does not try again.
 
-This pytest plugin (``-p grpo_edu.course.kernel_start`` in pyproject.toml) wraps nbval's
+This pytest plugin (``-p grpo_edu.course.testing.kernel_start`` in pyproject.toml) wraps nbval's
 ``start_new_kernel``: the kernel's stderr goes to a temporary file, and a kernel that dies before it is
 ready is reported (a :class:`KernelRestartWarning` with the end of what it printed) and replaced by a
 fresh one, with fresh ports, up to :data:`ATTEMPTS` times. It can hide no lesson's error: nothing of the

@@ -14,7 +14,7 @@ In a notebook, an exercise cell ends with ``ok = check(...)``: the assignment ke
 True/False from being echoed under the cell (a trailing ``;`` would not do it under nbval,
 which runs cells without storing history, and IPython's ``;`` check reads the history):
 
->>> from grpo_edu.course.exercises import check, reveal, show
+>>> from grpo_edu.course.aids.exercises import check, reveal, show
 >>> show("01.1")                     # prints the question
 >>> ok = check("01.1", 250)          # prints ✅ or ❌ with a hint; ok is True/False
 """
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from grpo_edu.course.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
+from grpo_edu.course.aids.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
 
 
 def show(exercise_id):

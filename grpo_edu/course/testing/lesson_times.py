@@ -7,7 +7,7 @@ machine whose bench step is ``s`` ms is taken to be ``REFERENCE_STEP_MS / s`` ti
 a lesson that takes ``t`` seconds here takes about ``t · REFERENCE_STEP_MS / s`` there.
 
 This module is a pytest plugin, loaded by the project's pytest configuration
-(``-p grpo_edu.course.lesson_times`` in pyproject.toml). It does three things:
+(``-p grpo_edu.course.testing.lesson_times`` in pyproject.toml). It does three things:
 
 * **every core**: with pytest-xdist installed and no ``-n`` given, it runs one worker per CPU,
   each with one torch/OpenMP thread (a model this small is bound by dispatch, not arithmetic:
@@ -178,7 +178,7 @@ def pytest_configure_node(node):
 
 
 def _trains(item):
-    """An nbval cell tagged "parameters": the notebook trains (grpo_edu.course.claims reads the same tag)."""
+    """An nbval cell tagged "parameters": the notebook trains (grpo_edu.course.aids.claims reads the same tag)."""
     cell = getattr(item, "cell", None) or {}
     return "parameters" in cell.get("metadata", {}).get("tags", ())
 
@@ -262,7 +262,7 @@ def main(argv=None):
     import argparse
     import subprocess
 
-    from grpo_edu.course.browser import LESSONS
+    from grpo_edu.course.testing.browser import LESSONS
 
     parser = argparse.ArgumentParser(
         prog="grpo-edu lesson-times",
@@ -295,7 +295,7 @@ def main(argv=None):
         step = step_ms()
         print(f"bench step: {step:.1f} ms", flush=True)
     command = [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider",
-               "-p", "grpo_edu.course.lesson_times", *args.lessons]
+               "-p", "grpo_edu.course.testing.lesson_times", *args.lessons]
     if args.workers is not None:
         command += ["-n", str(args.workers)]
     env = dict(os.environ, **{BENCH_ENV: f"{step:.1f}", BUDGET_ENV: "report"})   # a measurement, not a gate

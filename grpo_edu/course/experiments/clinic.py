@@ -6,7 +6,7 @@ A case changes one thing in the default config (or the reward) to make a known i
 ``advice`` are the practical guide's (seed 004) troubleshooting remedies the lesson puts to
 the test on the same case.
 
-``python -m grpo_edu.course.clinic --seeds 0 1 2`` runs every case and its fix and prints, for each,
+``python -m grpo_edu.course.experiments.clinic --seeds 0 1 2`` runs every case and its fix and prints, for each,
 the first finding and the held-out accuracy of the sick and the fixed run: the table in the
 lesson's summary, for any seed.
 """
@@ -169,7 +169,7 @@ def report(seed=0, names=None, *, steps=STEPS, out=sys.stdout):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.clinic", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.clinic", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=None)
     args = parser.parse_args(argv)

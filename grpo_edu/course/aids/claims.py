@@ -17,7 +17,7 @@ instead, so that the claims after it are measured too.)
 Where the thresholds come from: each lesson that trains was run for several seeds and
 under two sets of CPU kernels (the machine's own and ``ATEN_CPU_CAPABILITY=default``, the
 portable ones); a threshold sits below the worst value seen, with room to spare.
-``python -m grpo_edu.course.claims lessons/05_toy_grpo.ipynb`` repeats that measurement and prints,
+``python -m grpo_edu.course.aids.claims lessons/05_toy_grpo.ipynb`` repeats that measurement and prints,
 for every claim, its threshold and the range of values measured.
 """
 
@@ -63,7 +63,7 @@ def check_claim(statement, value, *, at_least=None, at_most=None):
         parts = [f"≥ {at_least:g}" if at_least is not None else "", f"≤ {at_most:g}" if at_most is not None else ""]
         bound = " (needs " + " and ".join(p for p in parts if p) + ")"
     if _log(statement, value, at_least, at_most, holds):
-        # measuring margins (python -m grpo_edu.course.claims): record and go on, so that one failed
+        # measuring margins (python -m grpo_edu.course.aids.claims): record and go on, so that one failed
         # claim does not hide the values of the claims after it
         print(f"{'✓' if holds else '✗'} claim {'holds' if holds else 'FAILS'}: {statement}{bound}")
         return None
@@ -142,7 +142,7 @@ def main(argv=None):
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m grpo_edu.course.claims",
+        prog="python -m grpo_edu.course.aids.claims",
         description="Run lessons for several seeds and both CPU kernel sets; print each claim's measured range.")
     parser.add_argument("notebooks", nargs="+", help="lesson notebooks (each needs a 'parameters' cell setting SEED)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="default: 0 1 2")

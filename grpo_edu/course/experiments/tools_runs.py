@@ -127,12 +127,12 @@ def stored_runs(folder=STORED):
         record = json.loads(path.read_text(encoding="utf-8"))
         runs += [dict(r, kernels=record["kernels"]) for r in record["runs"]]
     if not runs:
-        fail("folder", f"{folder} holds no stored runs", "make them with python -m grpo_edu.course.tools_runs")
+        fail("folder", f"{folder} holds no stored runs", "make them with python -m grpo_edu.course.experiments.tools_runs")
     return runs
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.tools_runs",
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.tools_runs",
                                      description="Lesson 15's GRPO runs with the calculator; writes one JSON file.")
     parser.add_argument("--settings", nargs="+", default=["outcome"], choices=SETTINGS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -144,7 +144,7 @@ def main(argv=None):
         return 2
     kernels = os.environ.get("ATEN_CPU_CAPABILITY") or "native"
     runs = [run(s, seed=seed, steps=args.steps, progress=True) for s in args.settings for seed in args.seeds]
-    command = "python -m grpo_edu.course.tools_runs " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m grpo_edu.course.experiments.tools_runs " + " ".join(sys.argv[1:] if argv is None else argv)
     if kernels != "native":
         command = f"ATEN_CPU_CAPABILITY={kernels} " + command
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -190,7 +190,7 @@ def forgetting_curves(results, *, highlight=None, tasks=None, title=None):
     """Held-out accuracy of each task against the phase-B step, one line per replay ratio.
 
     ``results``: ``{replay_ratio: {"steps": [...], "accuracy": {task: [...]}}}`` (what
-    ``grpo_edu.course.forgetting.run_phase_b`` records). ``highlight``: the ratio drawn bold, the
+    ``grpo_edu.course.experiments.forgetting.run_phase_b`` records). ``highlight``: the ratio drawn bold, the
     others faint (the lesson's slider picks it).
     """
     ratios = sorted(results)
@@ -403,7 +403,7 @@ def variant_weights(ratios=None, variants=None):
 def race_curves(results, *, key="curve", ax=None):
     """The race's training-reward curves (lesson 12): one line per variant, the median over its runs
     at each step, with the runs' [min, max] band for ``grpo``. ``results``: {variant: [rows]} as
-    ``grpo_edu.course.variants.stored_race`` returns."""
+    ``grpo_edu.course.experiments.variants.stored_race`` returns."""
     fig, ax = axes_or_new(ax, (8.0, 3.6))
     palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#9467bd")
     if len(results) > len(palette):
@@ -426,7 +426,7 @@ def paired_differences(differences, *, resolved=0.10, label="held-out accuracy",
     """Each variant's per-seed difference against the baseline, in points, as dots (one per seed,
     labelled with it), with their mean as a bar (lesson 12). The grey band, |mean| < ``resolved``,
     is where a few seeds cannot tell the variants apart. ``differences``: {variant: {seed: difference}}
-    (``grpo_edu.course.variants.paired_differences``; a difference is a share, drawn × 100)."""
+    (``grpo_edu.course.experiments.variants.paired_differences``; a difference is a share, drawn × 100)."""
     fig, ax = axes_or_new(ax, (8.0, 0.42 * len(differences) + 1.3))
     names = list(differences)
     ax.axvspan(-100 * resolved, 100 * resolved, color=GREY, alpha=0.15, lw=0,

@@ -1,7 +1,7 @@
 """The lessons in a real browser: a JupyterLab server and headless Chromium, for tests and screenshots.
 
 ``tests/test_browser.py`` uses this to open, run and play with every widget lesson the way a
-student does; ``python -m grpo_edu.course.screenshots`` uses it to photograph a live panel for the
+student does, ``tests/test_site.py`` to open every page of the course's website; ``python -m grpo_edu.course.testing.screenshots`` uses it to photograph a live panel for the
 README. It needs Debian's ``chromium`` and Playwright for Python (``pip install playwright``;
 the system browser is used, nothing is downloaded). :func:`missing` says what is absent.
 
@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-LESSONS = Path(__file__).resolve().parents[2] / "lessons"
+LESSONS = Path(__file__).resolve().parents[3] / "lessons"
 TOKEN = "grpo-edu-browser"
 
 KERNEL_IDLE = """() => { const w = window.jupyterapp.shell.currentWidget;
@@ -88,6 +88,27 @@ def jupyterlab(work, lessons=LESSONS):
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+@contextlib.contextmanager
+def static_site(folder):
+    """Serve ``folder`` (a built site, e.g. ``grpo-edu site``'s) on 127.0.0.1 from a thread; yield its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """The predict-then-run questions of every lesson: the learner guesses, then an experiment measures
-(``grpo_edu.course.exercises.reveal``). The exercises with their answers are in ``exercise_bank``."""
+(``grpo_edu.course.aids.exercises.reveal``). The exercises with their answers are in ``exercise_bank``."""
 
 from dataclasses import dataclass
 

@@ -171,7 +171,7 @@ def check_models(assets=None):
 
     assets = assets or ASSETS
     fix = "reinstall the course (README); if you rebuilt a model on purpose, record it with " \
-          "python -c 'from grpo_edu.course.doctor import record_checksums; record_checksums()'"
+          "python -c 'from grpo_edu.course.classroom.doctor import record_checksums; record_checksums()'"
     recorded = _read_checksums(assets / CHECKSUMS)
     if isinstance(recorded, str):
         return Check("bundled models", False, recorded, fix)
@@ -202,7 +202,7 @@ def check_lessons(folder=None):
     """The course's lesson notebooks are there (an install without them has nothing to run)."""
     from pathlib import Path
 
-    from grpo_edu.course.copy_lessons import lessons_dir
+    from grpo_edu.course.classroom.copy_lessons import lessons_dir
 
     folder = Path(folder) if folder is not None else lessons_dir()
     fix = "reinstall the course (README), then copy the lessons into a folder of your own with grpo-edu lessons DIR"
@@ -222,7 +222,7 @@ def expected_lesson_times(step_ms):
 def check_speed(steps=20, measure=None):
     """A ``steps``-step training run, timed (one thread, as each test worker has); never fails."""
     from grpo_edu.beyond.bench import step_ms
-    from grpo_edu.course.lesson_times import LESSON_BUDGET_S
+    from grpo_edu.course.testing.lesson_times import LESSON_BUDGET_S
 
     ms = (measure or step_ms)(rounds=1, steps=steps, warmup=2)
     times = expected_lesson_times(ms)

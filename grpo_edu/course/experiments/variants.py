@@ -1,5 +1,5 @@
 """GRPO's variants side by side, on lesson 11's model: ``grpo-edu variants --seeds 0 1 2``
-(or ``python -m grpo_edu.course.variants --seeds 0 1 2``).
+(or ``python -m grpo_edu.course.experiments.variants --seeds 0 1 2``).
 
 Every variant trains the same model (``assets/tiny-sums``, the ``sums`` preset) on the same prompts
 for the same number of steps, and is scored the same way. All of them make two updates per batch
@@ -122,7 +122,7 @@ def stored_race(folder=None):
     files = sorted(folder.glob("*.json"))
     if not files:
         _checks.fail("folder", f"holds no race file (*.json) at {folder}",
-                     "make one with python -m grpo_edu.course.variants --seeds 0 1 2 --json FILE")
+                     "make one with python -m grpo_edu.course.experiments.variants --seeds 0 1 2 --json FILE")
     merged, info = {}, {"files": []}
     for path in files:
         stored = json.loads(path.read_text(encoding="utf-8"))

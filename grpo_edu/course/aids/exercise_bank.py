@@ -3,7 +3,7 @@
 ``EXERCISES`` holds the self-check exercises (a number, a string or a list; or a function the learner
 writes, compared with the library on seeded random inputs). An answer is never typed in by hand: each
 ``Exercise`` carries a ``solution`` that calls the library when the learner checks. The predict-then-run
-questions, ``PREDICTIONS``, live in ``prediction_bank`` (imported here too); ``grpo_edu.course.exercises``
+questions, ``PREDICTIONS``, live in ``prediction_bank`` (imported here too); ``grpo_edu.course.aids.exercises``
 asks both kinds and checks the answers.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from grpo_edu.course import exercise_solutions as solve
-from grpo_edu.course.prediction_bank import CLINIC_MENU, PREDICTIONS, Prediction  # noqa: F401 (both banks, one import)
+from grpo_edu.course.aids import exercise_solutions as solve
+from grpo_edu.course.aids.prediction_bank import CLINIC_MENU, PREDICTIONS, Prediction  # noqa: F401 (both banks, one import)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""GRPO among its family, on one budget: ``grpo-edu family --seeds 0 1 2`` (or ``python -m grpo_edu.course.family``).
+"""GRPO among its family, on one budget: ``grpo-edu family --seeds 0 1 2`` (or ``python -m grpo_edu.course.experiments.family``).
 
 Every method of ``grpo_edu.training.family.METHODS`` trains the bundled adder for the same number of steps
 with the same B·G answers sampled per step (:data:`COMMON`), and is scored the same way. Lesson 13 reads
@@ -243,7 +243,7 @@ def step_cost(names=ORDER, *, steps=8, warmup=2):
     and AdamW moments). Time and resident memory depend on the machine; the weight counts do not."""
     out = {}
     for name in names:
-        code = (f"import json; from grpo_edu.course.family import _step_cost_child; "
+        code = (f"import json; from grpo_edu.course.experiments.family import _step_cost_child; "
                 f"print(json.dumps(_step_cost_child({name!r}, {steps}, {warmup})))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -294,7 +294,7 @@ def target_rows(results):
 
 def noise_rows(info):
     """Per method: the gradient's noise-to-signal ratio, median [min, max] over every stored (seed, kernel set)."""
-    from grpo_edu.course.variants import _cell
+    from grpo_edu.course.experiments.variants import _cell
 
     values = {}
     for seeds in info["gradient_noise"].values():
@@ -308,7 +308,7 @@ def noise_rows(info):
 
 def format_table(results):
     """One line per method: each metric's median over the runs, then [min, max] when there are several."""
-    from grpo_edu.course.variants import summary_rows
+    from grpo_edu.course.experiments.variants import summary_rows
 
     rows = summary_rows(results, METRICS)
     table = [["method", *METRICS]] + [[row["variant"], *(row[m] for m in METRICS)] for row in rows]

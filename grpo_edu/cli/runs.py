@@ -1,0 +1,304 @@
+"""``grpo-edu train``, ``eval`` and ``export``: run GRPO, score a model, carry a run's settings to TRL or verl.
+
+``grpo-edu train`` is the course's main job: a full GRPO run on the bundled tiny model,
+with a progress bar, the held-out accuracy before training (printed as soon as it is
+measured) and after, and the trained model saved (by default into ``runs/<timestamp>/``)
+for ``grpo-edu eval --model DIR`` to score. Every GRPOConfig field is a flag
+(``--batch-size 16``, ``--beta 0``, …); ``grpo-edu train --help`` gives each one's meaning,
+read from its docstring in ``grpo_edu/training/config.py``.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from grpo_edu.cli.flags import _add_config_flags, _add_preset_flag, _config_from
+
+# --- train ---------------------------------------------------------------------------------
+def default_run_dir(now=None):
+    """``runs/<timestamp>`` (e.g. runs/20261130-091500) under the current folder; a suffix if taken."""
+    base = Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = Path(f"{base}-{n}")
+    return str(path)
+
+
+class MetricsFile:
+    """``--metrics-out``: opened at the first finished step, with the run's whole history.
+
+    Nothing is touched before a step completes, so a resume that fails leaves the file as
+    it was; a resumed run writes the restored steps first, then its new ones. Unless ``replace``
+    (--resume, --overwrite) the file is created exclusively: one that another run created after
+    the checks is kept, and this run's metrics go beside it (NAME-2.jsonl, ...), said once.
+    """
+
+    def __init__(self, path, trainer, *, replace=False):
+        self.path, self.trainer, self.file, self.replace = path, trainer, None, replace
+
+    def _open(self):
+        if self.replace:
+            return open(self.path, "w", encoding="utf-8")
+        path, n = Path(self.path), 1
+        while True:
+            try:
+                handle = open(path, "x", encoding="utf-8")
+            except FileExistsError:
+                n += 1
+                path = Path(self.path).with_name(f"{Path(self.path).stem}-{n}{Path(self.path).suffix}")
+                continue
+            if n > 1:
+                print(f"grpo-edu train: warning: --metrics-out: {self.path} appeared during the run (another "
+                      f"run's?): kept it; this run's metrics go to {path}", file=sys.stderr, flush=True)
+                self.path = str(path)
+            return handle
+
+    def __call__(self, metrics):
+        if self.file is None:
+            self.file = self._open()
+            rows = self.trainer.history          # already holds this step
+        else:
+            rows = [metrics]
+        for row in rows:
+            self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+
+
+def check_metrics_out(path, *, replace=False, inputs=()):
+    """Refuse a ``--metrics-out`` that cannot be written, or that would silently replace another
+    run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``), or a file
+    the run reads or keeps itself (``inputs``: {field: path}, e.g. the dataset or the replay buffer)."""
+    path = Path(path)
+    for field, other in dict(inputs).items():
+        if other is not None and os.path.abspath(other) == os.path.abspath(path):
+            _fail("--metrics-out", f"{path} is also the run's {field}, which the metrics would overwrite",
+                  "write the metrics to a file of their own, e.g. metrics.jsonl")
+    if path.is_dir():
+        _fail("--metrics-out", f"{path} is a folder", "pass a file path, e.g. metrics.jsonl")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        _fail("--metrics-out", f"the folder of {path} does not exist", f"create it first (mkdir -p {path.parent}), "
+              "or write the metrics elsewhere")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        _fail("--metrics-out", f"{path} cannot be written", "pass a file in a folder you can write to")
+    if path.exists() and not replace:
+        _fail("--metrics-out", f"{path} already holds metrics (another run's?)",
+              "pass another file, or --overwrite to replace it (--resume rewrites it with the resumed run's history)")
+
+
+def _fail(arg, problem, fix):
+    from grpo_edu.common import _checks
+
+    _checks.fail(arg, problem, fix)
+
+
+def check_dataset(path):
+    """Refuse a ``--dataset`` that exists but is not a regular file, before the model loads: a folder, or a device
+    or pipe (reading /dev/zero would never end). A missing file is the prompt loader's to name (``source: no file
+    at ...``), which train and export both run before any model loads."""
+    import stat
+
+    if path is None:
+        return
+    try:
+        mode = os.stat(path).st_mode                 # follows a link: what would be read
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        _fail("dataset", f"{path} is a folder", "name the prompt file inside it (.json, .jsonl or .csv)")
+    if not stat.S_ISREG(mode):
+        _fail("dataset", f"{path} is not a regular file (a device, a pipe, or a link to one), so reading it might "
+              "never end", "pass a .json, .jsonl or .csv file of prompts")
+
+
+def check_replay_file(path):
+    """Refuse a ``--replay-path`` that exists but is not a regular file (a device or a pipe behind a .jsonl name
+    would be read forever), before the model loads; a missing one is created by the run."""
+    import stat
+
+    if path is None or not os.path.lexists(path):
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        _fail("replay_path", f"{path} is a link to nothing", "remove the broken link, or pass another file")
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):     # a folder is refused by the config, by name
+        _fail("replay_path", f"{path} is not a regular file (a device, a pipe, or a link to one)",
+              "pass a .jsonl or .sqlite file of your own, or leave --replay-path out to keep the buffer in memory")
+
+
+def cmd_train(args):
+    from tqdm.auto import tqdm
+
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    t_start = time.perf_counter()
+    if args.resume and args.overwrite:
+        _fail("--overwrite", "cannot be combined with --resume",
+              "resume a run (it keeps its checkpoints) or overwrite it, not both")
+    if args.metrics_out:                          # every output path is checked before anything is deleted
+        check_metrics_out(args.metrics_out, replace=args.resume or args.overwrite,
+                          inputs={"dataset": args.dataset, "replay_path": args.replay_path})
+    if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
+        args.output_dir = default_run_dir()
+    elif args.output_dir is None:                         # ...so its checks (e.g. --checkpoint-every) see that folder
+        from grpo_edu.training.checkpoint import find_checkpoint
+
+        args.output_dir = str(find_checkpoint(args.resume)[1])
+        print(f"output_dir: not given, so this resumed run saves into {args.output_dir}, the folder it resumes",
+              file=sys.stderr)
+    config = _config_from(args)                    # every field checked before any model loads
+    check_dataset(config.dataset)
+    check_replay_file(config.replay_path)
+    if config.output_dir:
+        from grpo_edu.training import run_folder
+
+        run_folder.check_output_dir(config.output_dir)
+        run_folder.refuse_if_locked(config.output_dir)     # a live run writes there: refused, even with --overwrite
+        if not (args.resume or args.overwrite):
+            run_folder.refuse_another_run(config.output_dir)   # before the model loads; train() checks again, locked
+
+    def show_eval(record):                         # printed as soon as it is measured
+        when = "before training" if record["step"] == 0 else f"at step {record['step']}"
+        tqdm.write(f"held-out accuracy {when}: {record['accuracy']:.1%} "
+                   f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
+
+    trainer = GRPOTrainer(config, eval_callbacks=[show_eval])
+    metrics_file = (MetricsFile(args.metrics_out, trainer, replace=bool(args.resume or args.overwrite))
+                    if args.metrics_out else None)
+    if metrics_file:
+        trainer.callbacks.append(metrics_file)
+    sched = trainer.schedule
+    print(f"GRPO on {config.model} · task {config.task} · {len(trainer.train_rows)} prompts · "
+          f"B={config.batch_size} G={config.num_generations} → {sched.total_steps} steps "
+          f"(stops by {sched.stop_reason}) · device {trainer.device}", flush=True)
+    try:
+        history = trainer.train(resume_from=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+    finally:
+        if metrics_file:
+            metrics_file.close()
+    if trainer.evals:
+        first, last = trainer.evals[0], trainer.evals[-1]
+        print(f"held-out accuracy (sampling at temperature 1, {len(trainer.eval_rows)} prompts): "
+              f"step {first['step']}: {first['accuracy']:.1%} → step {last['step']}: {last['accuracy']:.1%}")
+    if history:
+        last = history[-1]
+        kl = "not measured (beta 0)" if last["kl"] is None else f"{last['kl']:.4f}"
+        print(f"last step: reward {last['reward_mean']:.3f}, kl to the start {kl}")
+    out = trainer.config.output_dir
+    if out:
+        print(f"model saved in {out} (checkpoint-{trainer.step_count:06d}); score it with: "
+              f"grpo-edu eval --model {out}")
+    print(f"wall time {time.perf_counter() - t_start:.1f} s")
+    return 0
+
+
+# --- export --------------------------------------------------------------------------------
+def cmd_export(args):
+    from grpo_edu.beyond.export import format_export, to_trl, to_verl
+    from grpo_edu.training.tasks import get_task, load_prompts
+
+    if args.output_dir is None:                    # the same defaults and checks as train, so that what
+        args.output_dir = default_run_dir()        # train accepts exports, and what it refuses does not
+    config = _config_from(args)
+    check_dataset(config.dataset)
+    rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
+    config.schedule(len(rows))                     # e.g. a batch larger than the dataset
+    result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
+    print(format_export(result, args.target))
+    return 0
+
+
+# --- eval ----------------------------------------------------------------------------------
+def cmd_eval(args):
+    from grpo_edu.training.evaluation import evaluate
+    from grpo_edu.training.models import load_model_and_tokenizer, locate_model
+    from grpo_edu.training.tasks import get_task
+
+    task = get_task(args.task)
+    rows = task.split(args.split, args.n)
+    source, info = locate_model(args.model)
+    if info["kind"] == "run":
+        print(f"{args.model} is a run's output folder: scoring its latest checkpoint, {info['checkpoint']}")
+    model, tok = load_model_and_tokenizer(source, trust_remote_code=args.trust_remote_code)
+    res = evaluate(model, tok, rows, task, temperature=args.temperature, num_samples=args.samples,
+                   seed=args.seed, max_new_tokens=args.max_new_tokens)
+    print(f"{args.model} on {args.task}/{args.split} ({len(rows)} prompts × {args.samples} samples, "
+          f"temperature {args.temperature}): accuracy {res['accuracy']:.1%}")
+    for prompt, text, answer, ok in res["samples"][:args.show]:
+        print(f"  {prompt}{text!s:<6} {'✓' if ok else '✗ expected ' + answer}")
+    return 0
+
+
+
+# --- the parsers -----------------------------------------------------------------------------
+def add_train(sub):
+    train = sub.add_parser("train", help="run GRPO (default: the bundled tiny model on two-digit addition)",
+                           description="Run GRPO. The trained model is saved into --output-dir "
+                                       "(default: runs/<timestamp>/ under the current folder); "
+                                       "score it with `grpo-edu eval --model DIR`.")
+    _add_config_flags(train)
+    _add_preset_flag(train)
+    run = train.add_argument_group("the run")
+    run.add_argument("--metrics-out", metavar="FILE",
+                     help="write each step's metrics as a JSON line (a resumed run writes its earlier steps too)")
+    run.add_argument("--resume", metavar="DIR",
+                     help="continue from a run's output folder or one of its checkpoint-* folders; "
+                          "saves into that run's folder unless --output-dir says otherwise")
+    run.add_argument("--overwrite", action="store_true",
+                     help="let this run replace another run in --output-dir (only that run's checkpoint-* "
+                          "folders and latest.json are removed; nothing else)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.set_defaults(func=cmd_train)
+    return train
+
+
+def add_eval(sub):
+    from grpo_edu.training.tasks import TASKS
+
+    ev = sub.add_parser("eval", help="held-out accuracy of a model directory on a task",
+                        description="Score a model: sample answers to a task's prompts and check them.")
+    ev.add_argument("--model", default="bundled", metavar="DIR",
+                    help="A model folder, a run's output folder (its latest checkpoint is used), a hub name, "
+                         "or 'bundled'. (default: bundled)")
+    ev.add_argument("--task", default="addition", metavar="{" + ",".join(TASKS) + "}",
+                    help=f"The task whose prompts and checker are used. Choices: {', '.join(TASKS)}. "
+                         "(default: addition)")
+    ev.add_argument("--split", default="heldout", choices=["heldout", "train"],
+                    help="Which split's prompts to score. (default: heldout)")
+    ev.add_argument("--n", type=int, default=500, metavar="INT",
+                    help="Number of prompts: the split's first n. (default: 500)")
+    ev.add_argument("--samples", type=int, default=1, metavar="INT",
+                    help="Answers sampled per prompt. (default: 1)")
+    ev.add_argument("--temperature", type=float, default=1.0, metavar="FLOAT",
+                    help="Sampling temperature; 0 = greedy, the model's most likely answer. (default: 1)")
+    ev.add_argument("--max-new-tokens", type=int, default=8, metavar="INT",
+                    help="Most tokens per answer. (default: 8)")
+    ev.add_argument("--seed", type=int, default=0, metavar="INT",
+                    help="Seed of the sampling: same seed, same score. (default: 0)")
+    ev.add_argument("--show", type=int, default=5, metavar="INT", help="Print this many sample answers. (default: 5)")
+    ev.add_argument("--trust-remote-code", action="store_true",
+                    help="Allow a hub model to run its own Python code; only for code you have read. (default: off)")
+    ev.set_defaults(func=cmd_eval)
+
+
+def add_export(sub):
+    ex = sub.add_parser("export", help="print a run's settings for TRL or verl, with the reason for each difference",
+                        description="Print the settings that make TRL's GRPOTrainer (trl.GRPOConfig keyword arguments) "
+                                    "or verl (command-line overrides) take the same step as grpo-edu train with "
+                                    "the same flags; a comment gives the reason where names or defaults differ, "
+                                    "and what cannot be matched is listed at the end.")
+    ex.add_argument("target", choices=("trl", "verl"), help="The trainer to export to.")
+    ex.add_argument("--processes", type=int, default=1, metavar="INT",
+                    help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
+    _add_config_flags(ex)
+    _add_preset_flag(ex)
+    ex.set_defaults(func=cmd_export)
+    return ex

@@ -1,0 +1,2 @@
+"""The lessons' experiments: forgetting (lesson 06), the replay article's advice (``replay_advice``, lesson 06),
+the clinic's sick runs (``clinic``, lessons 09 and 09b) and the race of GRPO's variants (``variants``, lesson 12)."""
