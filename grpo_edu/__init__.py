@@ -26,7 +26,8 @@ checks every import in the source):
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
     ``tokenizer``       the bundled models' character tokenizer
     ``rollout``         sampling G completions per prompt, with per-token log-probs
-    ``engine``          the same sampling, faster (opt-in): a preallocated KV cache, finished rows leave (vLLM's ideas)
+    ``engine``          the same sampling, faster (the default): a preallocated KV cache, finished rows leave (vLLM's ideas)
+    ``passes``          the reference and policy passes over each answer's own length (no padding computed)
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
     ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
     ``trainer``         GRPOTrainer: the loop of the algorithm box
