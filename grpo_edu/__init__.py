@@ -27,7 +27,8 @@ checks every import in the source):
     ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
     ``tokenizer``       the bundled models' character tokenizer
     ``rollout``         sampling G completions per prompt, with per-token log-probs
-    ``engine``          the same sampling, faster (opt-in): a preallocated KV cache, finished rows leave (vLLM's ideas)
+    ``engine``          the same sampling, faster (the default): a preallocated KV cache, finished rows leave (vLLM's ideas)
+    ``passes``          the reference and policy passes over each answer's own length (no padding computed)
     ``tools``           a tool's call syntax, the calculator (a parser), containment, the tool mask in the loss
     ``multi_turn``      multi-turn rollouts: stop at a call, run the tool, append its reply as ids, resume (lesson 15)
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``

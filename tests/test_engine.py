@@ -220,21 +220,36 @@ def test_bf16_autocast_samples_close_to_float32(adder):
     assert (out.logprobs - logprobs).abs().max() < 0.1
 
 
-def test_the_trainer_samples_with_the_engine_when_asked(monkeypatch):
+def test_the_engine_is_the_default_sampler_of_training_and_evaluation(monkeypatch):
+    """The trainer's steps and its held-out evaluation sample with the engine unless the config says "loop";
+    then both use the loop, so a run is scored by the sampler it trained with."""
+    from grpo_edu.training import evaluation, rollout as rollout_module, trainer as trainer_module
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
 
     with pytest.raises(ValueError, match=r"^sampler: "):
         GRPOConfig(sampler="vllm")
+    assert GRPOConfig().sampler == "engine"
     calls = []
-    real = engine.generate
-    monkeypatch.setattr(engine, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    trainer = GRPOTrainer(GRPOConfig(sampler="engine", batch_size=4, num_generations=4, total_training_steps=2,
-                                     eval_size=0))
+    for module, name in ((engine, "engine"), (rollout_module, "loop")):
+        real = getattr(module, "generate")
+        monkeypatch.setattr(module, "generate", lambda *a, _real=real, _name=name, **k: calls.append(_name)
+                            or _real(*a, **k))
+    monkeypatch.setattr(evaluation, "SAMPLERS", {"engine": engine.generate, "loop": rollout_module.generate})
+    monkeypatch.setattr(trainer_module, "generate", rollout_module.generate)
+    settings = dict(batch_size=4, num_generations=4, total_training_steps=2, eval_size=4)
+    trainer = GRPOTrainer(GRPOConfig(**settings))
     metrics = trainer.step()
-    assert calls == [1] and metrics["completion_length"] > 0
-    GRPOTrainer(GRPOConfig(batch_size=4, num_generations=4, total_training_steps=2, eval_size=0)).step()
-    assert calls == [1], "the default sampler is the loop"
+    assert calls == ["engine"] and metrics["completion_length"] > 0
+    trainer.evaluate()
+    assert calls == ["engine", "engine"], "held-out evaluation samples with the run's sampler"
+    calls.clear()
+    loop = GRPOTrainer(GRPOConfig(sampler="loop", **settings))
+    loop.step()
+    loop.evaluate()
+    assert calls == ["loop", "loop"]
+    with pytest.raises(ValueError, match=r"^sampler: "):
+        evaluation.sample_completions(trainer.model, trainer.tokenizer, ["1+2="], sampler="vllm")
 
 
 def test_bench_sampler_prints_both_samplers_and_the_step(capsys, monkeypatch):

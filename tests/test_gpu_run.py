@@ -14,10 +14,10 @@ def test_the_gpu_run_runs_the_whole_path_on_the_cpu_at_the_tiny_size(tmp_path, c
     assert "device: CPU; size: tiny; nothing is downloaded" in out
     assert re.search(r"1\. built .*model: [\d,]+ parameters, 20 warm-up steps in \d+ s; held-out sampled accuracy "
                      r"[\d.]+", out)
-    assert re.search(r"2\. grpo_edu GRPO \(3 steps, 4 prompts × G=4, lr 0\.0003\): held-out accuracy [\d.]+ → "
+    assert re.search(r"2\. grpo_edu GRPO \(3 steps, 4 prompts × G=4, lr 0\.0003, sampler engine\): held-out accuracy [\d.]+ → "
                      r"[\d.]+; \d+ s; [\d,]+ completion tokens/s; peak GPU memory n/a \(CPU\)", out)
     assert re.search(r"sampling 16 rows, ≤ 42 new tokens, median tokens/s over 1 round\(s\): loop [\d,]+, engine "
-                     r"[\d,]+ \(the engine", out)
+                     r"[\d,]+ \(the engine: grpo_edu.training.engine, the trainer.s default", out)
     assert "3. TRL comparison skipped (--no-trl)" in out
     assert (tmp_path / "model" / "model.safetensors").stat().st_size > 0
 

@@ -35,12 +35,13 @@ def _spied_trainer(monkeypatch, model, tok, **overrides):
     t = GRPOTrainer(GRPOConfig(**{**settings, **overrides}), model=model, tokenizer=tok, train_rows=ROWS,
                     reward_funcs=[prompt_dependent_reward])
     seen = {"rollouts": [], "params": [], "grads": [], "advantages": []}
-    generate = trainer_module.generate
 
-    def spy_generate(*args, **kwargs):
-        rollout = generate(*args, **kwargs)
-        seen["rollouts"].append(rollout)
-        return rollout
+    def spy(generate):                 # the trainer samples with the engine (the default) or the loop
+        def spy_generate(*args, **kwargs):
+            rollout = generate(*args, **kwargs)
+            seen["rollouts"].append(rollout)
+            return rollout
+        return spy_generate
 
     loss_fn = trainer_module.grpo_loss
 
@@ -48,7 +49,8 @@ def _spied_trainer(monkeypatch, model, tok, **overrides):
         seen["advantages"].append(advantages.detach().clone())
         return loss_fn(logprobs, old, advantages, mask, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "generate", spy_generate)
+    monkeypatch.setattr(trainer_module, "generate", spy(trainer_module.generate))
+    monkeypatch.setattr(trainer_module.engine, "generate", spy(trainer_module.engine.generate))
     monkeypatch.setattr(trainer_module, "grpo_loss", spy_loss)
     optimizer_step = t.optimizer.step
 
@@ -194,10 +196,8 @@ def test_each_epoch_visits_every_prompt_once_in_a_new_order(monkeypatch, random_
                                max_completion_length=2), model=random_model, tokenizer=char_tokenizer,
                     train_rows=rows, reward_funcs=[prompt_dependent_reward])
     sampled = []
-    generate = trainer_module.generate
-    monkeypatch.setattr(trainer_module, "generate",
-                        lambda model, tok, prompts, **kw: sampled.append(list(prompts)) or generate(model, tok, prompts,
-                                                                                                     **kw))
+    sample = t._sample
+    monkeypatch.setattr(t, "_sample", lambda prompts: sampled.append(list(prompts)) or sample(prompts))
     t.train(progress=False)
     epochs = [sampled[0] + sampled[1], sampled[2] + sampled[3], sampled[4] + sampled[5]]
     for order in epochs:

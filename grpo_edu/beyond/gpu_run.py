@@ -6,8 +6,9 @@ without internet cannot reach. This run needs nothing but this package:
 1. **Build** a larger model that writes its working, on the GPU, with the same warm-up that made
    ``assets/tiny-sums`` (``make_model``): 8 layers, hidden 512, about 25 M parameters, stopped
    when its held-out sampled accuracy reaches 40 %.
-2. **Train** it with GRPO (``GRPOTrainer``, the ``sums`` preset, bf16 autocast on CUDA) and print
-   held-out accuracy before and after, completion tokens per second and peak GPU memory.
+2. **Train** it with GRPO (``GRPOTrainer``, the ``sums`` preset, bf16 autocast on CUDA, sampling with the
+   engine, the trainer's default) and print held-out accuracy before and after, completion tokens per second
+   and peak GPU memory; then the sampling tokens per second of both samplers, the engine and the loop.
 3. **Compare** with TRL's ``GRPOTrainer`` on the same model, prompts, reward and settings
    (``to_trl``; TRL in fp32, as the export says), when TRL is installed.
 
@@ -210,14 +211,15 @@ def main(argv=None):
     c = ours["config"]
     peak = f"{ours['peak_gib']:.2f} GiB" if ours["peak_gib"] is not None else "n/a (CPU)"
     print(f"2. grpo_edu GRPO ({c.total_training_steps} steps, {c.batch_size} prompts × G={c.num_generations}, "
-          f"lr {c.learning_rate:g}{', bf16 autocast' if device == 'cuda' else ''}): held-out accuracy "
+          f"lr {c.learning_rate:g}, sampler {c.sampler}{', bf16 autocast' if device == 'cuda' else ''}): held-out accuracy "
           f"{ours['before']:.3f} → {ours['after']:.3f}; {ours['seconds']:.0f} s; "
           f"{ours['tokens_per_s']:,.0f} completion tokens/s; peak GPU memory {peak}", flush=True)
 
     speeds, rows, max_new = run_samplers(model_dir, device, size)
     print(f"   sampling {rows} rows, ≤ {max_new} new tokens, median tokens/s over {len(speeds['loop'])} round(s): "
           + ", ".join(f"{name} {sorted(v)[len(v) // 2]:,.0f}" for name, v in speeds.items())
-          + " (the engine: grpo_edu.training.engine, GRPOConfig(sampler='engine'))", flush=True)
+          + " (the engine: grpo_edu.training.engine, the trainer's default; the loop: GRPOConfig(sampler='loop'))",
+          flush=True)
 
     if args.no_trl:
         print("3. TRL comparison skipped (--no-trl)")

@@ -162,12 +162,12 @@ class GRPOConfig:
     """Precision of the sampler: "bfloat16" samples under bf16 autocast while the update stays float32, so the
     sampler is no longer exactly π_θold (as vLLM in bf16 is not the trainer). The step logs the mismatch
     (``sampler_ratio_*``). On CUDA both run in bf16 autocast already."""
-    sampler: str = "loop"
-    """Who samples the rollouts: "loop" (``rollout.generate``, the loop the lessons read) or "engine"
-    (``engine.generate``: a preallocated KV cache, finished answers leave the batch, as vLLM does; about
-    twice as fast on lesson 11's model). The same distribution, other random numbers: a seed gives other
-    answers with the engine. Held-out evaluation always samples with the loop. Course-only (TRL and verl
-    sample with their own engines)."""
+    sampler: str = "engine"
+    """Who samples the rollouts and the held-out answers: "engine" (``engine.generate``: a preallocated KV
+    cache, finished answers leave the batch, as vLLM does; about twice as fast on lesson 11's model) or "loop"
+    (``rollout.generate``, the loop lesson 05 reads). The same distribution, other random numbers: a seed gives
+    other answers with each (greedy answers are equal). Course-only (TRL and verl sample with their own
+    engines)."""
     importance_sampling_correction: bool = False
     """Weigh each token's policy term by min(π_θold / π_sampler, importance_sampling_cap): truncated importance
     sampling (TRL's ``vllm_importance_sampling_correction`` in "token_truncate" mode; verl's rollout correction)."""

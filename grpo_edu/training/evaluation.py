@@ -1,8 +1,9 @@
 """Scoring a model: sample answers to prompts (held-out ones, usually) and check them.
 
-One sampler serves everything here: ``sample_completions`` (built on the trainer's own
-``rollout.generate``); ``evaluate``, ``success_rates`` and ``evaluate_accuracy`` check its
-answers with a task's verifier; ``pass_at_k`` turns n samples per prompt into pass@k.
+One sampler serves everything here: ``sample_completions`` (the trainer's own sampler: the engine,
+``engine.generate``, unless ``sampler="loop"`` asks for the readable ``rollout.generate``);
+``evaluate``, ``success_rates`` and ``evaluate_accuracy`` check its answers with a task's verifier;
+``pass_at_k`` turns n samples per prompt into pass@k.
 """
 
 import math
@@ -10,20 +11,27 @@ import math
 import torch
 
 from grpo_edu.common._checks import fail, positive_float, positive_int
+from grpo_edu.training import engine
 from grpo_edu.training.rollout import completion_logprobs, generate, rollout_from_text
+
+SAMPLERS = {"engine": engine.generate, "loop": generate}
+"""``GRPOConfig.sampler``'s choices: the same distribution, other random numbers (greedy answers are equal)."""
 
 
 def sample_completions(model, tokenizer, prompts: list[str], *, temperature: float = 1.0,
                        num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4,
-                       batch_size: int = 1024):
+                       batch_size: int = 1024, sampler: str = "engine"):
     """``num_samples`` completions per prompt, prompt-major: all of prompt 0's come first.
 
     ``temperature=0`` means greedy decoding. Sampling is plain multinomial sampling from
     softmax(logits / temperature): no top-k, no top-p. It draws from its own seeded
     ``torch.Generator``, so evaluating never changes the caller's global RNG.
     Returns ``(texts, stopped)``: the text before the first ``<eos>`` with special tokens
-    removed, and whether ``<eos>`` was produced within ``max_new_tokens``.
+    removed, and whether ``<eos>`` was produced within ``max_new_tokens``. ``sampler``: "engine"
+    (``engine.generate``) or "loop" (``rollout.generate``); the two give other answers for a seed at τ > 0.
     """
+    if sampler not in SAMPLERS:
+        fail("sampler", f"is {sampler!r}, not one of {sorted(SAMPLERS)}", "pass 'engine' (the default) or 'loop'")
     positive_float("temperature", temperature, allow_zero=True,
                    fix="pass 1.0 to sample as GRPO does, or 0 for greedy decoding")
     positive_int("num_samples", num_samples)
@@ -39,8 +47,8 @@ def sample_completions(model, tokenizer, prompts: list[str], *, temperature: flo
     model.eval()
     chunk = max(1, batch_size // per_prompt)
     for start in range(0, len(prompts), chunk):
-        out = generate(model, tokenizer, list(prompts[start:start + chunk]), num_generations=per_prompt,
-                       max_new_tokens=max_new_tokens, temperature=temperature, generator=generator)
+        out = SAMPLERS[sampler](model, tokenizer, list(prompts[start:start + chunk]), num_generations=per_prompt,
+                                max_new_tokens=max_new_tokens, temperature=temperature, generator=generator)
         texts += out.completions
         stopped += (out.completion_ids == eos).any(dim=1).tolist()
     model.train(was_training)
@@ -67,26 +75,26 @@ def success_rates(model, tokenizer, rows: list[dict], task, **sampling) -> list[
 
 
 def evaluate_accuracy(model, tokenizer, rows: list[dict], task, *, temperature: float = 1.0,
-                      num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4) -> float:
+                      num_samples: int = 1, seed: int = 0, max_new_tokens: int = 4, sampler: str = "engine") -> float:
     """Mean accuracy over ``rows`` × ``num_samples`` completions (``temperature=0``: greedy)."""
     rates = success_rates(model, tokenizer, rows, task, temperature=temperature,
-                          num_samples=num_samples, seed=seed, max_new_tokens=max_new_tokens)
+                          num_samples=num_samples, seed=seed, max_new_tokens=max_new_tokens, sampler=sampler)
     return sum(rates) / len(rates)
 
 
 @torch.no_grad()
 def evaluate(model, tokenizer, rows, task, *, temperature=1.0, num_samples=1, max_new_tokens=8, seed=0,
-             batch_size=256):
+             batch_size=256, sampler="engine"):
     """Accuracy of ``model`` on ``rows`` ({"prompt", "answer"}), checked by ``task.is_correct``.
 
     Sampling at temperature 1 (the default) measures the policy itself, not its best guess;
     ``temperature=0`` gives greedy accuracy. Seeded, so the same model gives the same number.
-    ``batch_size`` prompts are sampled at once.
+    ``batch_size`` prompts are sampled at once, by ``sampler`` (see :func:`sample_completions`).
     Returns ``{"accuracy": float, "samples": [(prompt, completion, answer, correct), ...]}``.
     """
     texts, _ = sample_completions(model, tokenizer, [r["prompt"] for r in rows], temperature=temperature,
                                   num_samples=num_samples, seed=seed, max_new_tokens=max_new_tokens,
-                                  batch_size=batch_size * num_samples)
+                                  batch_size=batch_size * num_samples, sampler=sampler)
     samples = []
     for i, text in enumerate(texts):
         row = rows[i // num_samples]
@@ -97,11 +105,12 @@ def evaluate(model, tokenizer, rows, task, *, temperature=1.0, num_samples=1, ma
 
 def evaluate_run(model, tokenizer, rows, task, config, **sampling):
     """Held-out accuracy as a GRPO run measures it: :func:`evaluate` with the run's
-    ``max_completion_length`` and ``seed`` (sampling at temperature 1 unless ``sampling`` says
-    otherwise). ``GRPOTrainer.evaluate`` and ``graduation.run_trl`` both call this, so grpo_edu and
+    ``max_completion_length``, ``seed`` and ``sampler`` (sampling at temperature 1 unless ``sampling``
+    says otherwise). ``GRPOTrainer.evaluate`` and ``graduation.run_trl`` both call this, so grpo_edu and
     TRL are scored by one ruler."""
     sampling.setdefault("max_new_tokens", config.max_completion_length)
     sampling.setdefault("seed", config.seed)
+    sampling.setdefault("sampler", config.sampler)
     return evaluate(model, tokenizer, rows, task, **sampling)
 
 

@@ -6,7 +6,7 @@
         3. score them                                       (rewards.compute_rewards)
         4. Â = group-relative advantages                    (advantages.group_advantages; or RLOO, REINFORCE++)
            with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
-        5. log π_ref of the completions, if β > 0           (rollout.completion_logprobs)
+        5. log π_ref of the completions, if β > 0           (passes.rollout_logprobs: no padding computed)
         6. this step's learning rate                        (schedule.learning_rate_at)
            for each of num_iterations inner updates (DeepSeekMath's μ):
                for each micro-batch: loss = grpo_loss(…); backward   (gradient accumulation)
@@ -54,7 +54,7 @@ from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training import checkpoint as ckpt, engine, lora, multi_turn, run_folder
+from grpo_edu.training import checkpoint as ckpt, engine, lora, multi_turn, passes, run_folder
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.evaluation import evaluate_run
 from grpo_edu.training.models import load_model_and_tokenizer, pick_device
@@ -373,8 +373,7 @@ class GRPOTrainer:
         if self.ref_model is None:
             return None
         with torch.no_grad(), self._autocast():
-            logprobs, _ = completion_logprobs(self.ref_model, rollout.input_ids, rollout.attention_mask,
-                                              rollout.completion_ids.shape[1], temperature=self.config.temperature)
+            logprobs, _ = passes.rollout_logprobs(self.ref_model, rollout, temperature=self.config.temperature)
         return logprobs
 
     def _update(self, rollout, advantages, ref_logprobs):
@@ -387,7 +386,6 @@ class GRPOTrainer:
         depends on how the step is split. Returns token-weighted means of the loss's info.
         """
         c = self.config
-        input_ids, attention_mask = rollout.input_ids, rollout.attention_mask       # (N, P+T)
         N, T = rollout.completion_ids.shape
         replies_out = self.tool is None or not self.tool.reply_in_loss                # lesson 15's ablation: in
         train_mask = loss_mask(rollout.completion_mask, rollout.tool_mask if replies_out else None)   # (N, T)
@@ -404,9 +402,8 @@ class GRPOTrainer:
                 rows = slice(s, s + mb)
                 mask = train_mask[rows]                                               # (mb, T)
                 with self._autocast():
-                    logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
-                                                            temperature=c.temperature, with_entropy=True,
-                                                            entropy_grad=c.entropy_coef > 0)
+                    logprobs, entropy = passes.rollout_logprobs(self.model, rollout, rows, temperature=c.temperature,
+                                                                with_entropy=True, entropy_grad=c.entropy_coef > 0)
                 # π_θold: with one iteration the policy being updated (ratio exactly 1); with more than one the
                 # sampler's log-probs, or the trainer's own recomputation when the sampler is not the trainer
                 if c.num_iterations == 1:
