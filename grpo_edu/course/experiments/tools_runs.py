@@ -29,14 +29,15 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail, positive_int, write_result_file
+from grpo_edu.training.models import ASSETS
 
 BONUS = 0.5
 """Reward per call in the ``bonus`` setting."""
 COST = 0.3
 """Reward taken per call in the ``cost`` setting."""
 SETTINGS = ("outcome", "bonus", "cost", "reply_in_loss")
-STORED = Path(__file__).resolve().parents[2] / "assets" / "tools-runs"
+STORED = ASSETS / "tools-runs"
 
 
 def per_call_reward(amount):
@@ -148,8 +149,9 @@ def main(argv=None):
     if kernels != "native":
         command = f"ATEN_CPU_CAPABILITY={kernels} " + command
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"command": "OMP_NUM_THREADS=1 " + command, "kernels": kernels,
-                                           "runs": runs}, indent=1) + "\n", encoding="utf-8")
+    written = write_result_file(args.json, json.dumps({"command": "OMP_NUM_THREADS=1 " + command, "kernels": kernels,
+                                                       "runs": runs}, indent=1) + "\n")
+    print(f"wrote {written}")
     return 0
 
 
