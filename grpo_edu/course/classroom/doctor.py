@@ -27,18 +27,14 @@ CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 REFERENCE_STEP_MS = 35.0
 REFERENCE_TIMES_S = {
-    "01_batch_step_epoch": 2.4, "02_group_advantage": 4.0, "03_zero_sigma": 2.8, "04_clipped_loss": 2.8,
-    "04b_kl_and_loss_types": 4.4, "05_toy_grpo": 51.7, "06_data_replay": 54.3, "07_reward_design": 22.7,
-    "08_full_grpo_run": 40.0, "09_diagnostics_clinic": 46.0, "09b_diagnostics_clinic_2": 36.7, "10_graduation": 37.2,
-    "11_long_answers": 63.8, "12_variants": 36.0, "13_family": 4.0, "14_cost_of_a_step": 45.6, "15_tools": 4.0,
+    "01_batch_step_epoch": 2.6, "02_group_advantage": 4.3, "03_zero_sigma": 3.5, "04_clipped_loss": 2.7,
+    "04b_kl_and_loss_types": 4.6, "05_toy_grpo": 56.4, "06_data_replay": 56.6, "07_reward_design": 24.6,
+    "08_full_grpo_run": 45.6, "09_diagnostics_clinic": 40, "09b_diagnostics_clinic_2": 36.6,
+    "10_graduation": 36.5, "11_long_answers": 48.3, "12_variants": 30.8, "13_family": 5.9,
+    "14_cost_of_a_step": 21.7, "15_tools": 4.6,
 }
-"""Each lesson's time under the README's test command on the project's 2-core CPU, where the bench step read
-35.0 ms. A machine whose step is s ms takes about s / 35 times as long.
-Lesson 08 trains 600 steps since; its 40 s is its 54 s in a later run scaled by that run's lesson 05 (70.8 s
-against 51.7 here), the host having been slower than its bench step said. Lessons 09 and 09b (the clinic split
-in two) are their 48.7 and 38.9 s at a 37.1 ms bench step, scaled to 35 ms. Lesson 15 is its 45 s under
-``pytest --nbval`` alone at a 431 ms bench step (a loaded machine), scaled to 35 ms. Lesson 14 is the CPU time of
-``pytest --nbval`` on it alone (45.6 s; 143.8 s of wall time on a machine loaded 5-fold), taken as its time here."""
+"""Each lesson's time under the README's test command on the project's 2-core CPU, scaled to a bench step of
+35.0 ms (measured at 33.7 ms: each time ×35/33.7). A machine whose step is s ms takes about s / 35 times as long."""
 
 
 @dataclass

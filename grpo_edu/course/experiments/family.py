@@ -308,37 +308,19 @@ def noise_rows(info):
 
 def format_table(results):
     """One line per method: each metric's median over the runs, then [min, max] when there are several."""
-    from grpo_edu.course.experiments.variants import summary_rows
+    from grpo_edu.course.experiments.variants import format_table
 
-    rows = summary_rows(results, METRICS)
-    table = [["method", *METRICS]] + [[row["variant"], *(row[m] for m in METRICS)] for row in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+    return format_table(results, METRICS, first="method")
 
 
 def _check_args(parser, args):
     """Every argument, before any run (a long comparison must not end on a bad --json path)."""
-    from grpo_edu.common import _checks
+    from grpo_edu.course.experiments.variants import check_json_target, check_seeds_names_steps
 
-    seeds = args.seeds if args.seeds is not None else [0]
-    for seed in seeds:
-        if seed < 0:
-            parser.error(f"--seeds: {seed} is negative. Fix: give seeds of 0 or more, e.g. --seeds 0 1 2")
-    for flag, values in (("--seeds", seeds), ("--methods", args.methods)):
-        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
-        if twice:
-            parser.error(f"{flag}: {twice[0]} is given twice, so its runs would be counted twice. Fix: give each once")
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps: is {args.steps}. Fix: give 1 or more (default {COMMON['total_training_steps']})")
+    seeds = check_seeds_names_steps(parser, args, "--methods", args.methods, COMMON["total_training_steps"])
     if args.resamples < 2:
         parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws)")
-    if args.overwrite and not args.json:
-        parser.error("--overwrite: replaces the --json file, but no --json is given. Fix: drop --overwrite, or "
-                     "add --json FILE")
-    if args.json:
-        problem = _checks.output_file_problem(args.json, overwrite=args.overwrite)
-        if problem:
-            parser.error(f"--json: {problem[0]}. Fix: {problem[1]}")
+    check_json_target(parser, args)
     args.seeds = seeds
 
 

@@ -341,33 +341,47 @@ def summary_rows(results, metrics=METRICS):
     return [{"variant": name, **{m: _cell([r[m] for r in rows]) for m in metrics}} for name, rows in results.items()]
 
 
-def format_table(results):
-    """One line per variant: the median over seeds, then [min, max] when there are several."""
-    rows = summary_rows(results)
-    table = [["variant", *METRICS]] + [[row["variant"], *(row[m] for m in METRICS)] for row in rows]
+def format_table(results, metrics=METRICS, first="variant"):
+    """One line per variant (``first`` names the column: lesson 13 says "method"): the median over seeds, then
+    [min, max] when there are several."""
+    rows = summary_rows(results, metrics)
+    table = [[first, *metrics]] + [[row["variant"], *(row[m] for m in metrics)] for row in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
 
 
 def _check_args(parser, args):
     """Every argument, before the race (a 20-minute race must not end on a bad --json path)."""
-    from grpo_edu.common import _checks
-
-    seeds = args.seeds if args.seeds is not None else [0]
-    for seed in seeds:
-        if seed < 0:
-            parser.error(f"--seeds: {seed} is negative. Fix: give seeds of 0 or more, e.g. --seeds 0 1 2")
-    for flag, values in (("--seeds", seeds), ("--variants", args.variants)):
-        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
-        if twice:
-            parser.error(f"{flag}: {twice[0]} is given twice, so its runs would be counted twice. Fix: give each once")
-    if args.steps is not None and args.steps < 1:
-        parser.error(f"--steps: is {args.steps}. Fix: give 1 or more (default {COMMON['total_training_steps']})")
+    seeds = check_seeds_names_steps(parser, args, "--variants", args.variants, COMMON["total_training_steps"])
     if args.time and args.json:
         parser.error("--json: --time writes no file (it prints each variant's step time). Fix: drop --json, or "
                      "drop --time to race and write the rows")
     if args.time and args.seeds is not None:
         parser.error("--seeds: --time times seed 0 only. Fix: drop --seeds, or drop --time to race over seeds")
+    check_json_target(parser, args)
+    args.seeds = seeds
+
+
+def check_seeds_names_steps(parser, args, names_flag, names, default_steps):
+    """What every comparison over seeds checks before its first run (lessons 12 and 13): seeds of 0 or more,
+    each seed and each name given once, --steps of 1 or more. Returns the seeds (default: 0)."""
+    seeds = args.seeds if args.seeds is not None else [0]
+    for seed in seeds:
+        if seed < 0:
+            parser.error(f"--seeds: {seed} is negative. Fix: give seeds of 0 or more, e.g. --seeds 0 1 2")
+    for flag, values in (("--seeds", seeds), (names_flag, names)):
+        twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+        if twice:
+            parser.error(f"{flag}: {twice[0]} is given twice, so its runs would be counted twice. Fix: give each once")
+    if args.steps is not None and args.steps < 1:
+        parser.error(f"--steps: is {args.steps}. Fix: give 1 or more (default {default_steps})")
+    return seeds
+
+
+def check_json_target(parser, args):
+    """--overwrite only with --json, and a --json file that can be written (a long run must not end on a bad path)."""
+    from grpo_edu.common import _checks
+
     if args.overwrite and not args.json:
         parser.error("--overwrite: replaces the --json file, but no --json is given. Fix: drop --overwrite, or "
                      "add --json FILE")
@@ -375,7 +389,6 @@ def _check_args(parser, args):
         problem = _checks.output_file_problem(args.json, overwrite=args.overwrite)
         if problem:
             parser.error(f"--json: {problem[0]}. Fix: {problem[1]}")
-    args.seeds = seeds
 
 
 def main(argv=None):
