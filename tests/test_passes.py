@@ -36,9 +36,14 @@ def _padded(model, batch):
                                with_entropy=True, entropy_grad=True)
 
 
-def _padding_free(model, batch, pass_cost=0):
+def _padding_free(model, batch, pass_cost=0, share_prompts=True):
     """Passes free (``pass_cost=0``): a group per answer length, the most cutting and gathering to get wrong."""
-    return passes.rollout_logprobs(model, batch, with_entropy=True, entropy_grad=True, pass_cost=pass_cost)
+    return passes.rollout_logprobs(model, batch, with_entropy=True, entropy_grad=True, pass_cost=pass_cost,
+                                   share_prompts=share_prompts)
+
+
+def _unshared(model, batch):
+    return _padding_free(model, batch, share_prompts=False)
 
 
 def _loss_and_grads(model, batch, logprobs_of, loss_type, old, ref, advantages):
@@ -54,8 +59,9 @@ def _loss_and_grads(model, batch, logprobs_of, loss_type, old, ref, advantages):
     return loss.detach(), [p.grad.clone() for p in model.parameters()], info
 
 
+@pytest.mark.parametrize("share_prompts", [True, False], ids=["prompts shared", "prompts unshared"])
 @pytest.mark.parametrize("loss_type", CHOICES["loss_type"])
-def test_loss_and_every_gradient_equal_the_padded_pass(random_model, batch, loss_type):
+def test_loss_and_every_gradient_equal_the_padded_pass(random_model, batch, loss_type, share_prompts):
     model = random_model.train()
     noise = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -66,7 +72,8 @@ def test_loss_and_every_gradient_equal_the_padded_pass(random_model, batch, loss
         ref = (lp + 0.5 * torch.rand(lp.shape, generator=noise) - 0.25) * mask                # β > 0: KL acts
     advantages = torch.randn(mask.shape[0], generator=noise)
     loss, grads, info = _loss_and_grads(model, batch, _padded, loss_type, old, ref, advantages)
-    free_loss, free_grads, free_info = _loss_and_grads(model, batch, _padding_free, loss_type, old, ref, advantages)
+    free = _padding_free if share_prompts else _unshared
+    free_loss, free_grads, free_info = _loss_and_grads(model, batch, free, loss_type, old, ref, advantages)
     if loss_type not in ("cispo", "sapo"):                     # those two do not clip the ratio PPO's way
         assert info["clip_fraction"] > 0.1, "the clip binds on many tokens"
     assert info["kl_mean"] > 0
@@ -76,10 +83,11 @@ def test_loss_and_every_gradient_equal_the_padded_pass(random_model, batch, loss
     assert free_info["clip_fraction"] == pytest.approx(info["clip_fraction"], abs=1e-9)
 
 
-def test_log_probs_are_the_padded_passs_and_zero_after_each_answer(random_model, batch):
+@pytest.mark.parametrize("share_prompts", [True, False], ids=["prompts shared", "prompts unshared"])
+def test_log_probs_are_the_padded_passs_and_zero_after_each_answer(random_model, batch, share_prompts):
     with torch.no_grad():
         want, want_entropy = _padded(random_model, batch)
-        got, got_entropy = _padding_free(random_model, batch)
+        got, got_entropy = _padding_free(random_model, batch, share_prompts=share_prompts)
     mask = batch.completion_mask.bool()
     torch.testing.assert_close(got[mask], want[mask], atol=1e-6, rtol=0)
     torch.testing.assert_close(got_entropy[mask], want_entropy[mask], atol=1e-6, rtol=0)
@@ -93,12 +101,56 @@ def test_the_passes_compute_fewer_tokens_than_the_padded_batch(random_model, bat
     monkeypatch.setattr(passes, "completion_logprobs",
                         lambda model, ids, mask, T, **kw: seen.append((ids.shape, T)) or real(model, ids, mask, T, **kw))
     with torch.no_grad():
-        _padding_free(random_model, batch, pass_cost=16)
+        _padding_free(random_model, batch, pass_cost=16, share_prompts=False)
     N, width = batch.input_ids.shape
     assert sum(shape[0] for shape, _ in seen) == N and len(seen) > 1
     assert sum(shape[0] * shape[1] for shape, _ in seen) < 0.9 * N * width
     own = int((batch.prompt_mask.sum(1) + batch.lengths).sum())                   # no padding at all
     assert sum(shape[0] * shape[1] for shape, _ in seen) >= own
+
+
+def _recorded_forwards(model):
+    """The (rows, tokens) of every forward ``model`` runs from here on."""
+    seen = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)),
+                                    with_kwargs=True)                  # the fixture's model is this test's own
+    return seen
+
+
+def test_shared_prompts_are_read_once_and_answers_cost_their_own_tokens(random_model, batch):
+    """One forward over the distinct prompts, then each row's answer (after its prompt's last token): the G
+    answers of a prompt do not read it again (4 prompts × 4 answers and 3 replayed rows: 7 distinct prompts,
+    not 19)."""
+    seen = _recorded_forwards(random_model)
+    with torch.no_grad():
+        _padding_free(random_model, batch, pass_cost=16)
+    distinct = len({tuple(r) for r in batch.prompt_ids.tolist()})
+    longest_prompt = int(batch.prompt_mask.sum(1).max())
+    assert distinct == 7 and seen[0] == (distinct, longest_prompt - 1)          # each prompt but its last token
+    answers = seen[1:]                                                          # the last token, then the answer
+    assert sum(rows for rows, _ in answers) == batch.completion_ids.shape[0]     # every row once
+    assert sum(rows * tokens for rows, tokens in answers) < int(batch.lengths.sum()) * 1.5
+    with torch.no_grad():                                                       # against reading every prompt again
+        seen.clear()
+        _padding_free(random_model, batch, pass_cost=16, share_prompts=False)
+    unshared = sum(rows * tokens for rows, tokens in seen)
+    seen.clear()
+    with torch.no_grad():
+        _padding_free(random_model, batch, pass_cost=16)
+    assert sum(rows * tokens for rows, tokens in seen) < 0.8 * unshared
+
+
+def test_a_model_whose_cache_cannot_be_shared_is_computed_unshared_and_said_once(random_model, batch, monkeypatch,
+                                                                                 capsys):
+    monkeypatch.setattr(passes, "_keys_and_values", lambda cache: None)
+    monkeypatch.setattr(passes, "_unshared", set())
+    with torch.no_grad():
+        want, _ = _unshared(random_model, batch)
+        first, _ = _padding_free(random_model, batch)
+        second, _ = _padding_free(random_model, batch)
+    torch.testing.assert_close(first, want, atol=0, rtol=0)
+    torch.testing.assert_close(second, want, atol=0, rtol=0)
+    assert capsys.readouterr().err.count("reads its prompt again (correct, only slower)") == 1
 
 
 def test_length_groups_cut_only_where_the_padding_saved_pays_for_a_pass():
@@ -124,3 +176,18 @@ def test_the_trainer_takes_both_passes_through_the_padding_free_function(monkeyp
                                      beta=0.04))
     trainer.step()
     assert calls == [trainer.ref_model, trainer.model]
+
+
+def test_a_frozen_copy_and_the_policy_give_the_same_log_probs_bit_for_bit(random_model, batch):
+    """π_ref (a frozen copy, no gradient) and π_θ (weights that need one) must agree exactly at the start: then
+    a batch whose advantages are all 0 gives a gradient of exactly 0, and AdamW does not move (its first step
+    would follow the sign of any rounding noise, lesson 05)."""
+    import copy
+
+    reference = copy.deepcopy(random_model).eval().requires_grad_(False)
+    policy = random_model.train()
+    for share_prompts in (True, False):
+        with torch.no_grad():
+            want, _ = passes.rollout_logprobs(reference, batch, share_prompts=share_prompts)
+        got, _ = passes.rollout_logprobs(policy, batch, share_prompts=share_prompts)
+        assert torch.equal(got.detach(), want), share_prompts

@@ -31,13 +31,17 @@ def test_step_flops_by_hand():
     prefill = 2 * 68 + 8 * (1 + 2) + 20                       # read the prompt once, logits of its last token: 180
     decode = 2 * 68 + 8 * (3 + 4) + 2 * 20                    # the 3-token answer feeds 2 tokens at positions 3, 4: 232
     assert flops["sampling"] == prefill + 0 + decode == 412   # the 1-token answer feeds none
+    # the trainer's passes share the prompt: the same tokens as sampling, teacher-forced
+    assert flops["reference"] == 412
+    assert flops["policy"] == 3 * 412                         # forward + backward (2× the forward)
+    assert flops["total"] == 412 + 412 + 3 * 412
+    # a plain pass reads each row's prompt again
+    unshared = step_cost.step_flops(TINY, [2], [1, 3], num_generations=2, shared_prompts=False)
     short = 3 * 68 + 8 * (1 + 2 + 3) + 1 * 20                 # prompt + 1 answer token, one logit row: 272
     long = 5 * 68 + 8 * 15 + 3 * 20                           # prompt + 3 answer tokens, three logit rows: 520
-    assert flops["reference"] == short + long == 792
-    assert flops["policy"] == 3 * 792                         # forward + backward (2× the forward)
-    assert flops["total"] == 412 + 792 + 3 * 792
+    assert unshared["reference"] == short + long == 792 and unshared["policy"] == 3 * 792
     no_ref = step_cost.step_flops(TINY, [2], [1, 3], num_generations=2, reference=False, num_iterations=2)
-    assert no_ref["reference"] == 0 and no_ref["policy"] == 2 * 3 * 792
+    assert no_ref["reference"] == 0 and no_ref["policy"] == 2 * 3 * 412
 
 
 def test_a_forward_pass_is_two_flops_per_weight_plus_attention():
@@ -79,7 +83,8 @@ def test_timed_step_splits_the_step_and_records_its_tokens(small_trainer):
     assert sum(seconds.values()) == pytest.approx(metrics["seconds"], rel=0.05, abs=0.01)
     (prompts, completions), = tokens["sampled"]
     assert len(completions) == 8 and sum(completions) / 8 == pytest.approx(metrics["completion_length"])
-    assert tokens["trained"] == (prompts, completions)
+    assert tokens["trained"][:2] == (prompts, completions)
+    assert sorted(tokens["trained"][2]) == sorted(prompts[::4])           # the 2 distinct prompts, read once each
     flops = step_cost.flops_of_step(small_trainer, tokens)
     again = step_cost.step_flops(small_trainer.model.config, prompts[::4], completions, num_generations=4,
                                  num_iterations=2)

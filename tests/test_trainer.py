@@ -166,11 +166,14 @@ def test_gradient_checkpointing_recomputes_each_layer_and_keeps_the_gradient(ran
             count.append(torch.is_grad_enabled())
             return forward(*args, **kwargs)
         mlp.forward = counted
+        passes = []                                    # the model's own forwards with autograd on
+        model.register_forward_pre_hook(lambda module, args: passes.append(torch.is_grad_enabled()))
         t.step()
         grads[checkpointing] = torch.cat([p.grad.flatten() for p in model.parameters()])
-        calls[checkpointing] = sum(count)                # forward calls with autograd on: update and recompute
+        calls[checkpointing] = (sum(count), sum(passes))  # layer runs with autograd on: update and recompute
     micro_batches = FAST["batch_size"] * FAST["num_generations"] // 8    # the sampling runs it without grad
-    assert calls == {False: micro_batches, True: 2 * micro_batches}
+    assert calls[False][0] == calls[False][1] >= micro_batches         # once per pass
+    assert calls[True][0] == 2 * calls[True][1] and calls[True][1] >= micro_batches   # and again in the backward
     assert grads[False].abs().max() > 1e-3
     torch.testing.assert_close(grads[False], grads[True], atol=1e-6, rtol=1e-5)
 

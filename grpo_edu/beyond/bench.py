@@ -116,7 +116,7 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
             for part, value in seconds.items():
                 parts[part].append(value)
             flops.append(flops_of_step(trainer, step_tokens)["total"])
-            lengths.append(max(p + c for p, c in zip(*step_tokens["trained"])))
+            lengths.append(max(p + c for p, c in zip(*step_tokens["trained"][:2])))
     report = _report(name, t0, times, tokens, first_end, parts, flops)
     rows = settings["batch_size"] * settings["num_generations"]
     return _matmul_limit(report, trainer.model.config, rows, int(statistics.median(lengths)))

@@ -74,13 +74,16 @@ def forward_flops(config, tokens, *, context=0, logits=None):
     return layers + logits * 2 * s["D"] * s["V"]                                        # + lm_head
 
 
-def step_flops(config, prompt_lengths, completion_lengths, *, num_generations, reference=True, num_iterations=1):
+def step_flops(config, prompt_lengths, completion_lengths, *, num_generations, reference=True, num_iterations=1,
+               shared_prompts=True):
     """FLOPs of one GRPO step by part, for prompts of ``prompt_lengths`` (B, real tokens, no padding) and the
     completions sampled from them, ``completion_lengths`` (N = B·G, up to and including ``<eos>``).
 
     * sampling: each prompt read once (its last logits give the first token), then each row feeds its
       tokens but the last one by one over its KV cache: the engine's work, with nothing padded;
-    * reference: one forward over every row's prompt and completion, logits for the completion only;
+    * reference: the same tokens, teacher-forced: each prompt read once and shared by its G answers
+      (``training.passes.shared_prompt_logprobs``), each answer over its prompt's cache, so exactly the
+      sampling FLOPs (``shared_prompts=False``: every row reads its prompt again, as a plain pass does);
     * policy: the same forward plus its backward (2× the forward), ``num_iterations`` times.
     Returns {"sampling", "reference", "policy", "total"} in FLOPs.
     """
@@ -92,11 +95,28 @@ def step_flops(config, prompt_lengths, completion_lengths, *, num_generations, r
     rows = [(prompts[i // G], t) for i, t in enumerate(completions)]
     sampling = sum(forward_flops(config, p, logits=1) for p in prompts)
     sampling += sum(forward_flops(config, max(t - 1, 0), context=p) for p, t in rows)
-    teacher_forced = sum(forward_flops(config, p + t, logits=t) for p, t in rows)
+    teacher_forced = teacher_forced_flops(config, [p for p, _ in rows], completions,
+                                          distinct_prompt_lengths=prompts if shared_prompts else None)
     flops = {"sampling": sampling, "reference": teacher_forced if reference else 0,
              "policy": 3 * teacher_forced * num_iterations}
     flops["total"] = sum(flops.values())
     return flops
+
+
+def teacher_forced_flops(config, prompt_lengths, completion_lengths, *, distinct_prompt_lengths=None):
+    """FLOPs of one teacher-forced forward over rows of ``prompt_lengths`` and ``completion_lengths`` (one each
+    per row), with logits for the answers' tokens only.
+
+    With ``distinct_prompt_lengths`` (the trainer's passes, which share a prompt among the rows that repeat
+    it): each distinct prompt read once, the logits of its last token giving the first answer token, then
+    each row's answer tokens but the last over its prompt's cache. Without: each row reads its own prompt
+    and answer in one pass.
+    """
+    rows = list(zip([int(n) for n in prompt_lengths], [int(n) for n in completion_lengths]))
+    if distinct_prompt_lengths is None:
+        return sum(forward_flops(config, p + t, logits=t) for p, t in rows)
+    return (sum(forward_flops(config, int(p), logits=1) for p in distinct_prompt_lengths)
+            + sum(forward_flops(config, max(t - 1, 0), context=p) for p, t in rows))
 
 
 def matmul_flops_per_s(rows, inner, cols, *, repeats=20, dtype=torch.float32):
@@ -128,7 +148,7 @@ def timed_step(trainer):
     ``seconds``: {part: seconds} for :data:`PARTS`; the policy part is the update's time less the optimizer
     step's. ``tokens``: what :func:`step_flops` needs: the prompt lengths and completion lengths of every
     batch sampled (``"sampled"``, a list of (prompt lengths, completion lengths)), and of the rows trained
-    on (``"trained"``, with replayed rows), one entry per row. The trainer's methods are wrapped for this one call only.
+    on (``"trained"``, with replayed rows), one entry per row, then the lengths of their distinct prompts. The trainer's methods are wrapped for this one call only.
     """
     spent = dict.fromkeys(PARTS, 0.0)
     tokens = {"sampled": [], "trained": None}
@@ -149,10 +169,15 @@ def timed_step(trainer):
         """Real prompt tokens per row, (N,), and completion tokens per row, (N,)."""
         return rollout.prompt_mask.sum(1).tolist(), rollout.completion_mask.sum(1).tolist()
 
+    def trained_lengths(rollout):
+        """:func:`lengths`, and the real tokens of each distinct prompt (the passes read each once)."""
+        distinct = {tuple(r) for r in torch.cat([rollout.prompt_ids, rollout.prompt_mask], 1).tolist()}
+        return (*lengths(rollout), [sum(r[len(r) // 2:]) for r in distinct])
+
     wrapped = {"_sample": timed("sampling", trainer._sample, lambda a, out: tokens["sampled"].append(lengths(out))),
                "_ref_logprobs": timed("reference", trainer._ref_logprobs),
                "_update": timed("policy", trainer._update,
-                                lambda a, out: tokens.__setitem__("trained", lengths(a[0])))}
+                                lambda a, out: tokens.__setitem__("trained", trained_lengths(a[0])))}
     with contextlib.ExitStack() as undo:
         for name, function in wrapped.items():
             _wrap(undo, trainer, name, function)
@@ -183,10 +208,10 @@ def flops_of_step(trainer, tokens):
     G = c.num_generations
     sampling = sum(step_flops(config, p[::G], t, num_generations=G, reference=False)["sampling"]
                    for p, t in tokens["sampled"])                                      # each prompt read once
-    prompts, completions = tokens["trained"]                                            # per row, replayed ones too
-    trained = step_flops(config, prompts, completions, num_generations=1, reference=trainer.ref_model is not None,
-                         num_iterations=c.num_iterations)
-    flops = {"sampling": sampling, "reference": trained["reference"], "policy": trained["policy"]}
+    prompts, completions, distinct = tokens["trained"]                                  # per row, replayed ones too
+    forward = teacher_forced_flops(config, prompts, completions, distinct_prompt_lengths=distinct)
+    flops = {"sampling": sampling, "reference": forward if trainer.ref_model is not None else 0,
+             "policy": 3 * forward * c.num_iterations}
     flops["total"] = sum(flops.values())
     return flops
 

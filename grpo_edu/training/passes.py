@@ -11,16 +11,30 @@ This module does what TRL's ``padding_free`` and verl's ``use_remove_padding`` d
    :func:`length_groups`);
 3. put each row's log-probs back in its place, 0 after its answer's end.
 
+And a fourth, where the rows repeat a prompt (GRPO's G answers to one question always do):
+
+4. **share the prompt** (:func:`shared_prompt_logprobs`): read each distinct prompt once, keep its keys and
+   values (a KV cache, as when sampling), and run each answer over the cache of its own prompt. The G
+   answers then cost their own tokens only: on lesson 11's model a prompt is about a third of a row. The
+   engine does the same when it samples (prefill once, then ``repeat(G)``); vLLM calls it prefix caching.
+   The gradient of every answer flows back into its prompt's shared keys and values and adds up there, as
+   it would over G copies.
+
 The result has the shape, the row order and (up to float rounding) the numbers of one padded pass, and
 the gradient flows through the gathering, so the loss of the trainer's micro-batch is unchanged:
 ``tests/test_passes.py`` checks the loss and every parameter gradient against the padded pass to 1e-6.
 Shapes: N rows, P prompt slots (left-padded), T answer slots, each group g of n_g rows trimmed to
-P_g + T_g.
+P_g + T_g; U distinct prompts, p the longest prompt's tokens.
 """
+
+import sys
 
 import torch
 
-from grpo_edu.training.rollout import completion_logprobs
+from grpo_edu.training.rollout import _cache_name, _positions, completion_logprobs
+
+_unshared = set()
+"""Model classes whose forward gave no plain key/value cache to share (told once, then computed unshared)."""
 
 PASS_COST_TOKENS = 64
 """What one more forward pass costs, counted in tokens of work (the per-call overhead of the ``transformers``
@@ -60,8 +74,9 @@ def length_groups(prompt_lengths, answer_lengths, pass_cost=PASS_COST_TOKENS):
 
 
 def answer_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
-                    with_entropy=False, entropy_grad=False, pass_cost=PASS_COST_TOKENS):
-    """``rollout.completion_logprobs`` of these rows, each computed over its own length.
+                    with_entropy=False, entropy_grad=False, pass_cost=PASS_COST_TOKENS, share_prompts=True):
+    """``rollout.completion_logprobs`` of these rows, each computed over its own length (and each prompt
+    once, by :func:`shared_prompt_logprobs`, when some rows repeat a prompt and ``share_prompts``).
 
     Takes the rows' four tensors (prompts (N, P) left-padded, answers (N, T)) and returns
     ``(logprobs, entropy)``, (N, T) each, 0 after each answer's end (``completion_mask``), in the rows'
@@ -69,6 +84,13 @@ def answer_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_m
     """
     N, T = completion_ids.shape
     P = prompt_ids.shape[1]
+    if (share_prompts and type(model) not in _unshared and not _checkpointing(model)
+            and _repeats_a_prompt(prompt_ids, prompt_mask)):
+        shared = shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                        temperature=temperature, with_entropy=with_entropy,
+                                        entropy_grad=entropy_grad, pass_cost=pass_cost)
+        if shared is not None:
+            return shared
     prompt_lengths, answer_lengths = prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist()
     logprob_parts, entropy_parts, order = [], [], []
     for rows in length_groups(prompt_lengths, answer_lengths, pass_cost):
@@ -81,6 +103,110 @@ def answer_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_m
                                                 with_entropy=with_entropy, entropy_grad=entropy_grad)
         logprob_parts.append(torch.nn.functional.pad(logprobs, (0, T - t)))                 # (n_g, T)
         if with_entropy:
+            entropy_parts.append(torch.nn.functional.pad(entropy, (0, T - t)))
+        order += rows
+    back = torch.argsort(torch.tensor(order, device=prompt_ids.device))                     # sorted → own order
+    keep = completion_mask.to(logprob_parts[0].dtype)                                        # (N, T)
+    logprobs = torch.cat(logprob_parts)[back] * keep
+    entropy = torch.cat(entropy_parts)[back] * keep if with_entropy else None
+    return logprobs, entropy
+
+
+def _repeats_a_prompt(prompt_ids, prompt_mask):
+    """Whether two rows hold the same prompt (then sharing it saves a forward over its tokens)."""
+    return len({tuple(r) for r in torch.cat([prompt_ids, prompt_mask], 1).tolist()}) < prompt_ids.shape[0]
+
+
+def _transformers_model(model):
+    """The ``transformers`` model inside ``model`` (through ``peft``'s wrapper and LoRA's ``AdapterOff``): its
+    forward names the cache keyword."""
+    while not hasattr(model, "forward") or hasattr(model, "get_base_model"):
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model.model
+    return model
+
+
+def _checkpointing(model):
+    """Whether ``model`` recomputes its layers in the backward pass (gradient checkpointing): then it keeps no
+    KV cache in training, and each row reads its prompt again."""
+    inner = _transformers_model(model)
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):    # transformers ≥ 5.2x, before
+        if hasattr(type(inner), name):
+            return bool(getattr(inner, name)) and inner.training
+    return False
+
+
+def _keys_and_values(cache):
+    """Per layer (keys, values), each (U, K, p, d), of a plain ``DynamicCache``; None for any other cache
+    (sliding windows, linear attention: their state is not one key and value per position)."""
+    if type(cache).__name__ != "DynamicCache":
+        return None
+    if hasattr(cache, "layers"):                                      # transformers ≥ 4.56
+        if not all(type(layer).__name__ == "DynamicLayer" for layer in cache.layers):
+            return None
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))              # earlier versions
+
+
+def shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
+                           with_entropy=False, entropy_grad=False, pass_cost=PASS_COST_TOKENS):
+    """:func:`answer_logprobs` with each distinct prompt read once: ``(logprobs, entropy)``, (N, T) each.
+
+    1. one forward over the U distinct prompts but their last token (trimmed to the longest, p − 1 tokens)
+       keeps their KV cache;
+    2. the answers, grouped by length (:func:`length_groups`, their prompts costing nothing now), each run
+       over a cache made of their own prompts' rows, fed the prompt's last token and then answer tokens
+       1 … t−1: the t logits predict answer tokens 1 … t. (Feeding the prompt's last token here rather than
+       in step 1 keeps every logit in one full pass, so a frozen reference and the policy compute them with
+       the same kernels, bit for bit, as one padded pass does.)
+
+    Returns None (and the caller computes unshared) when every prompt is one token, or the model's cache is
+    not one key and value per position (said once per model class).
+    """
+    from transformers import DynamicCache
+
+    N, T = completion_ids.shape
+    P = prompt_ids.shape[1]
+    p = int(prompt_mask.sum(1).max())                                        # the longest prompt's tokens
+    if p < 2:
+        return None                                                          # nothing before the last token
+    ids, mask = prompt_ids[:, P - p:], prompt_mask[:, P - p:]                # (N, p) each
+    distinct, inverse = torch.unique(torch.cat([ids, mask], 1), dim=0, return_inverse=True)   # (U, 2p), (N,)
+    u_ids, u_mask = distinct[:, :p], distinct[:, p:]                         # (U, p) each, left-padded
+    padded = not bool(u_mask.all())
+    name = _cache_name(_transformers_model(model))
+    head_mask = u_mask[:, :-1]                                               # (U, p − 1): all but the last token
+    out = model(input_ids=u_ids[:, :-1], attention_mask=head_mask if padded else None,
+                position_ids=_positions(head_mask) if padded else None, use_cache=True, logits_to_keep=1)
+    kv = _keys_and_values(getattr(out, name, None) or getattr(out, "past_key_values", None))
+    if kv is None:
+        _unshared.add(type(model))
+        print(f"passes: {type(model).__name__}'s cache is not one key and value per position, so each answer "
+              "reads its prompt again (correct, only slower)", file=sys.stderr)
+        return None
+    last = u_mask.sum(1) - 1                                                 # (U,) the prompt's last position
+    answer_lengths = completion_mask.sum(1).tolist()
+    logprob_parts, entropy_parts, order = [], [], []
+    for rows in length_groups([0] * N, answer_lengths, pass_cost):
+        t = max(1, max(answer_lengths[r] for r in rows))                     # the group's longest answer
+        index = torch.tensor(rows, device=prompt_ids.device)
+        mine = inverse[index]                                                # (n_g,) each row's prompt
+        cache = DynamicCache()
+        for layer, (keys, values) in enumerate(kv):
+            cache.update(keys[mine], values[mine], layer)                    # (n_g, K, p − 1, d): its prompts' rows
+        fed = torch.cat([u_ids[mine, -1:], completion_ids[index, :t - 1]], 1)          # (n_g, t)
+        positions = last[mine, None] + torch.arange(t, device=fed.device)[None]        # (n_g, t)
+        attention = (torch.cat([u_mask[mine], completion_mask[index, :t - 1]], 1)     # (n_g, p − 1 + t)
+                     if padded else None)
+        logits = model(input_ids=fed, attention_mask=attention, position_ids=positions, use_cache=True,
+                       **{name: cache}).logits.float()                       # (n_g, t, V): predict tokens 1 … t
+        if temperature > 0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)                         # (n_g, t, V)
+        logprobs = logp_all.gather(-1, completion_ids[index, :t].unsqueeze(-1)).squeeze(-1)   # (n_g, t)
+        logprob_parts.append(torch.nn.functional.pad(logprobs, (0, T - t)))                # (n_g, T)
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                entropy = -(logp_all.exp() * logp_all).sum(-1)                # (n_g, t)
             entropy_parts.append(torch.nn.functional.pad(entropy, (0, T - t)))
         order += rows
     back = torch.argsort(torch.tensor(order, device=prompt_ids.device))                     # sorted → own order

@@ -6,7 +6,7 @@
         3. score them                                       (rewards.compute_rewards)
         4. Â = group-relative advantages                    (advantages.group_advantages; or RLOO, REINFORCE++)
            with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
-        5. log π_ref of the completions, if β > 0           (passes.rollout_logprobs: no padding computed)
+        5. log π_ref of the completions, if β > 0           (passes.rollout_logprobs: no padding, each prompt once)
         6. this step's learning rate                        (schedule.learning_rate_at)
            for each of num_iterations inner updates (DeepSeekMath's μ):
                for each micro-batch: loss = grpo_loss(…); backward   (gradient accumulation)

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from grpo_edu.beyond.step_cost import PARTS, flops_of_step, memory_parts, timed_step
+from grpo_edu.beyond.step_cost import PARTS, flops_of_step, memory_parts, teacher_forced_flops, timed_step
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.rollout import completion_logprobs
 from grpo_edu.training.trainer import GRPOTrainer
@@ -44,11 +44,14 @@ def step_costs(workload, sampler, *, steps=3, warmup=1, seed=0, learning_rate=1e
     part, :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (median step), ``flops`` (mean per part),
     ``memory`` (bytes by part, on the last step's rows), ``decoded_rows`` (row-steps the loop computes: every
     row until the batch's longest answer ends, summed over steps) and ``answer_tokens`` (row-steps that are
-    real answer tokens, what the engine computes), and the mean answer length."""
+    real answer tokens, what the engine computes), the mean answer length, and ``pass_flops``: one teacher-forced
+    pass over the trained rows (mean per step) with each prompt read once, as the trainer's passes do
+    (``"shared"``), and with every row reading its own prompt (``"unshared"``)."""
     trainer = _trainer(workload, seed, sampler=sampler, learning_rate=learning_rate, **settings)
     for _ in range(warmup):
         trainer.step()
     parts, totals, flops, decoded, answer, lengths = {p: [] for p in PARTS}, [], [], 0, 0, []
+    passes = {"shared": [], "unshared": []}
     for _ in range(steps):
         metrics, seconds, tokens = timed_step(trainer)
         for part, value in seconds.items():
@@ -59,11 +62,16 @@ def step_costs(workload, sampler, *, steps=3, warmup=1, seed=0, learning_rate=1e
             decoded += len(completions) * max(completions)
             answer += sum(completions)
         lengths.append(metrics["completion_length"])
+        prompts, completions, distinct = tokens["trained"]
+        passes["shared"].append(teacher_forced_flops(trainer.model.config, prompts, completions,
+                                                     distinct_prompt_lengths=distinct))
+        passes["unshared"].append(teacher_forced_flops(trainer.model.config, prompts, completions))
     rollout = trainer._sample([row["prompt"] for row in trainer.batch_for(trainer.step_count)])
     return {"seconds": {p: statistics.median(v) for p, v in parts.items()}, "step_s": statistics.median(totals),
             "flops": {k: statistics.mean(f[k] for f in flops) for k in flops[0]},
             "memory": memory_parts(trainer, rollout), "decoded_rows": decoded, "answer_tokens": answer,
-            "completion_length": statistics.mean(lengths)}
+            "completion_length": statistics.mean(lengths),
+            "pass_flops": {k: statistics.mean(v) for k, v in passes.items()}}
 
 
 @contextlib.contextmanager
