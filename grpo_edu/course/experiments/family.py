@@ -302,7 +302,8 @@ def stored_runs(folder=None, model="adder"):
     folder = Path(folder) if folder is not None else ASSETS / FAMILY_DIRS[model]
     if not sorted(folder.glob("*.json")):
         _checks.fail("folder", f"holds no stored family run (*.json) at {folder}",
-                     f"make one with grpo-edu family --model {model} --seeds 0 1 2 --json FILE")
+                     f"make one with grpo-edu family{'' if model == 'adder' else ' --model ' + model} "
+                     "--seeds 0 1 2 --json FILE")
     files = {path: json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))}
     for path, stored in files.items():
         if stored.get("model", "adder") != model:
