@@ -1,8 +1,10 @@
 """GRPO among its family, on one budget: ``grpo-edu family --seeds 0 1 2`` (or ``python -m grpo_edu.course.experiments.family``).
 
-Every method of ``grpo_edu.training.family.METHODS`` trains the bundled adder for the same number of steps
-with the same B·G answers sampled per step (:data:`COMMON`), and is scored the same way. Lesson 13 reads
-the stored runs (``assets/family/``); the comparison itself is lesson 12's, by the same functions
+Every method of ``grpo_edu.training.family.METHODS`` trains one start model for the same number of steps
+with the same B·G answers sampled per step, and is scored the same way: the bundled adder (``--model adder``,
+the default; budget :data:`COMMON`) or lesson 11's sums model, whose worked answers run up to 42 tokens
+(``--model sums``; budget :data:`SUMS` on ``GRPOConfig.preset("sums")``). Lesson 13 reads the stored runs
+(``assets/family/`` and ``assets/family-sums/``); the comparison itself is lesson 12's, by the same functions
 (``course.variants``: per-seed values, paired differences against GRPO, verdicts, the pooled spread and
 how many seeds a gap needs).
 
