@@ -125,3 +125,23 @@ def test_each_models_stored_runs_stay_apart(tmp_path):
         family.stored_runs(tmp_path)
     with pytest.raises(ValueError, match="^folder: .*grpo-edu family --model sums --seeds 0 1 2"):
         family.stored_runs(tmp_path / "empty", model="sums")
+
+
+def test_the_stored_sums_runs_hold_every_method_seed_and_kernel_set():
+    """What lesson 13's section 6 reads: ``assets/family-sums``, the sums model's runs only."""
+    from grpo_edu.course.experiments import variants
+
+    runs, info = family.stored_runs(model="sums")
+    assert info["model"] == "sums" and list(runs) == list(family.ORDER)
+    for name, rows in runs.items():
+        assert sorted((r["seed"], r["kernels"]) for r in rows) == sorted(
+            (s, k) for s in (0, 1, 2) for k in ("AVX512", "DEFAULT")), name
+        assert all(len(r["curve"]) == family.SUMS["total_training_steps"] for r in rows)
+    assert set(variants.paired_differences(runs)) == set(family.ORDER) - {"grpo"}
+    assert {len(seeds) for seeds in info["gradient_noise"].values()} == {3}
+    assert set(info["step_cost"]) == {"AVX512"}                       # timed once, on the native kernels
+    for path in info["files"]:
+        assert "--model sums" in path["command"]
+    adder, adder_info = family.stored_runs()
+    assert adder_info["model"] == "adder"
+    assert {len(r["curve"]) for rows in adder.values() for r in rows} == {family.COMMON["total_training_steps"]}
