@@ -185,7 +185,8 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
 
 
-def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_generations=None, model="adder"):
+def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_generations=None,
+                   model="adder"):
     """How noisy each method's gradient is on one fixed batch of prompts, from ``model``'s start.
 
     The same ``batch_size`` prompts (default: ``model``'s budget's B and G) (the seed's first training batch) get ``resamples`` fresh draws of G
