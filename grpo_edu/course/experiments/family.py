@@ -190,7 +190,8 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_ge
     """How noisy each method's gradient is on one fixed batch of prompts, from ``model``'s start.
 
     The same ``batch_size`` prompts (the seed's first training batch) get ``resamples`` fresh draws of
-    ``num_generations`` answers (both default to ``model``'s budget: B and G); each draw gives each method one gradient g_r (all weights, flattened). Returned per method:
+    ``num_generations`` answers (both default to ``model``'s budget: B and G); each draw gives each method
+    one gradient g_r (all weights, flattened). Returned per method:
     ``noise_to_signal`` = mean_r ‖g_r − ḡ‖² / ‖ḡ‖², the summed variance over the squared mean: scale-free,
     so methods whose losses differ in size compare (1 would be noise as large as the signal); and
     ``used`` (draws that gave the method something to learn from); ‖ḡ‖² is corrected for ḡ's own noise
