@@ -1,8 +1,10 @@
 """GRPO among its family, on one budget: ``grpo-edu family --seeds 0 1 2`` (or ``python -m grpo_edu.course.experiments.family``).
 
-Every method of ``grpo_edu.training.family.METHODS`` trains the bundled adder for the same number of steps
-with the same B·G answers sampled per step (:data:`COMMON`), and is scored the same way. Lesson 13 reads
-the stored runs (``assets/family/``); the comparison itself is lesson 12's, by the same functions
+Every method of ``grpo_edu.training.family.METHODS`` trains one start model for the same number of steps
+with the same B·G answers sampled per step, and is scored the same way: the bundled adder (``--model adder``,
+the default; budget :data:`COMMON`) or lesson 11's sums model, whose worked answers run up to 42 tokens
+(``--model sums``; budget :data:`SUMS` on ``GRPOConfig.preset("sums")``). Lesson 13 reads the stored runs
+(``assets/family/`` and ``assets/family-sums/``); the comparison itself is lesson 12's, by the same functions
 (``course.variants``: per-seed values, paired differences against GRPO, verdicts, the pooled spread and
 how many seeds a gap needs).
 
@@ -27,6 +29,17 @@ COMMON = dict(batch_size=16, num_generations=8, total_training_steps=60, eval_si
 """The comparison's budget on the bundled adder: 16 prompts × 8 answers per step, 60 steps, scored on 200
 held-out prompts; the engine sampler (lesson 13's runs pass it, whatever the default becomes)."""
 
+SUMS = dict(batch_size=8, num_generations=8, total_training_steps=40, eval_size=200, sampler="engine")
+"""The comparison's budget on lesson 11's model (``--model sums``), on top of ``GRPOConfig.preset("sums")``
+(its model, task and 42 new tokens): 8 prompts × 8 answers per step, 40 steps, scored on 200 held-out
+prompts. Its answers are up to 42 tokens against the adder's 4, so a step costs several adder steps;
+the budget was sized by timing a GRPO run first, so that all 36 runs fit in about 40 minutes of one core."""
+
+BUDGETS = {"adder": COMMON, "sums": SUMS}
+"""model → its budget (``GRPOConfig`` fields): every method of one comparison gets the same one."""
+MODELS = tuple(BUDGETS)
+"""The models a comparison can run on (``--model``): ``adder`` (the bundled adder) and ``sums`` (lesson 11's)."""
+
 ORDER = ("grpo", "reinforce", "ppo", "rft", "dpo", "dpo_offline")
 """The methods, in the order tables show them (the keys of ``training.family.METHODS``)."""
 
@@ -38,14 +51,30 @@ TARGET = 0.7
 TARGET_WINDOW = 4
 """Steps the training accuracy is averaged over before it is compared with :data:`TARGET`."""
 
-FAMILY_DIR = "family"
-"""The folder under ``assets/`` that holds the stored runs (``--json`` files), read by :func:`stored_runs`."""
+FAMILY_DIRS = {"adder": "family", "sums": "family-sums"}
+"""model → the folder under ``assets/`` that holds its stored runs (``--json`` files), read by :func:`stored_runs`.
+A sibling folder per model, not a subfolder, so that no reader that globs one folder can merge two models."""
+FAMILY_DIR = FAMILY_DIRS["adder"]
 
 
-def _config(seed, steps=None, eval_size=None):
+def _check_model(model):
+    from grpo_edu.common import _checks
+
+    _checks.choice("model", model, MODELS)
+
+
+def budget(model="adder"):
+    """The ``GRPOConfig`` fields of ``model``'s comparison: the preset's (sums) under :data:`BUDGETS`' own."""
+    from grpo_edu.training.config import PRESETS
+
+    _check_model(model)
+    return {**PRESETS.get(model, {}), **BUDGETS[model]}
+
+
+def _config(seed, steps=None, eval_size=None, model="adder"):
     from grpo_edu.training.config import GRPOConfig
 
-    settings = {**COMMON, "seed": seed}
+    settings = {**budget(model), "seed": seed}
     if steps is not None:
         settings["total_training_steps"] = steps
     if eval_size is not None:
@@ -67,15 +96,16 @@ def tokens_to_target(history, completions_per_step, target=TARGET, window=TARGET
     return None, None
 
 
-def run_method(name, seed=0, *, steps=None, eval_size=None, progress=False):
-    """Train method ``name`` from the bundled adder: (row, info). ``row``: :data:`METRICS`, ``tokens_to_target``,
+def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", progress=False):
+    """Train method ``name`` from ``model`` (:data:`MODELS`: the bundled adder or lesson 11's sums model) on
+    its budget (:func:`budget`): (row, info). ``row``: :data:`METRICS`, ``tokens_to_target``,
     ``steps_to_target`` and ``curve`` (training accuracy per step); ``info["trainer"]``."""
     from grpo_edu.training.evaluation import answer_entropy
     from grpo_edu.training.family import make_trainer
 
     if name not in ORDER:
         raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
-    config = _config(seed, steps, eval_size)
+    config = _config(seed, steps, eval_size, model)
     trainer = make_trainer(name, config)
     rows = trainer.eval_rows
     entropy_before, _ = answer_entropy(trainer.model, trainer.tokenizer, [r["prompt"] for r in rows],
@@ -107,9 +137,11 @@ def run_method(name, seed=0, *, steps=None, eval_size=None, progress=False):
     return row, {"trainer": trainer}
 
 
-def comparison(names=ORDER, seeds=(0,), *, steps=None, progress=False):
+def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", progress=False):
     """{method: [row per seed]} for every method and seed (:func:`run_method`); each row also holds its ``seed``."""
-    return {name: [{**run_method(name, seed, steps=steps, progress=progress)[0], "seed": seed} for seed in seeds]
+    _check_model(model)
+    return {name: [{**run_method(name, seed, steps=steps, model=model, progress=progress)[0], "seed": seed}
+                   for seed in seeds]
             for name in names}
 
 
@@ -153,11 +185,13 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
 
 
-def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=16, num_generations=8):
-    """How noisy each method's gradient is on one fixed batch of prompts, from the start model.
+def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_generations=None,
+                   model="adder"):
+    """How noisy each method's gradient is on one fixed batch of prompts, from ``model``'s start.
 
-    The same ``batch_size`` prompts (the seed's first training batch) get ``resamples`` fresh draws of G
-    answers; each draw gives each method one gradient g_r (all weights, flattened). Returned per method:
+    The same ``batch_size`` prompts (the seed's first training batch) get ``resamples`` fresh draws of
+    ``num_generations`` answers (both default to ``model``'s budget: B and G); each draw gives each method
+    one gradient g_r (all weights, flattened). Returned per method:
     ``noise_to_signal`` = mean_r ‖g_r − ḡ‖² / ‖ḡ‖², the summed variance over the squared mean: scale-free,
     so methods whose losses differ in size compare (1 would be noise as large as the signal); and
     ``used`` (draws that gave the method something to learn from); ‖ḡ‖² is corrected for ḡ's own noise
@@ -172,7 +206,9 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=16, num_gene
 
     from grpo_edu.training.trainer import GRPOTrainer
 
-    base = GRPOTrainer(_config(seed, eval_size=0))
+    base = GRPOTrainer(_config(seed, eval_size=0, model=model))
+    batch_size = base.config.batch_size if batch_size is None else batch_size
+    num_generations = base.config.num_generations if num_generations is None else num_generations
     model, tokenizer = base.model, base.tokenizer
     rows = base.batch_for(1)[:batch_size]
     critic = Critic(model)
@@ -210,15 +246,15 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=16, num_gene
 
 
 # --- a step's cost, in a child process (the critic's memory) ------------------------------------------------
-def _step_cost_child(name, steps, warmup):
-    """In this process: time ``steps`` steps of ``name`` after ``warmup``; count what it trains."""
+def _step_cost_child(name, steps, warmup, model="adder"):
+    """In this process: time ``steps`` steps of ``name`` on ``model`` after ``warmup``; count what it trains."""
     import resource
 
     import torch
 
     from grpo_edu.training.family import make_trainer
 
-    config = _config(0, steps=steps + warmup, eval_size=0)
+    config = _config(0, steps=steps + warmup, eval_size=0, model=model)
     trainer = make_trainer(name, config)
     times = []
     for i in range(steps + warmup):
@@ -236,15 +272,16 @@ def _step_cost_child(name, steps, warmup):
             "state_mib": (trained * 4 * 4 + frozen * 4) / 2 ** 20, "torch_threads": torch.get_num_threads()}
 
 
-def step_cost(names=ORDER, *, steps=8, warmup=2):
-    """{method: its step's cost}, each method in a fresh child process, one after the other (bench-style):
+def step_cost(names=ORDER, *, steps=8, warmup=2, model="adder"):
+    """{method: its step's cost} on ``model``'s budget, each method in a fresh child process, one after the other (bench-style):
     ``median_step_s``, ``peak_rss_mib`` (the child's peak resident memory), ``trained_weights`` (the policy's,
     plus the critic's for PPO), ``frozen_weights`` (π_ref) and ``state_mib`` (their float32 weights, gradients
     and AdamW moments). Time and resident memory depend on the machine; the weight counts do not."""
+    _check_model(model)
     out = {}
     for name in names:
         code = (f"import json; from grpo_edu.course.experiments.family import _step_cost_child; "
-                f"print(json.dumps(_step_cost_child({name!r}, {steps}, {warmup})))")
+                f"print(json.dumps(_step_cost_child({name!r}, {steps}, {warmup}, {model!r})))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the step-cost child of {name!r} failed:\n{done.stderr[-2000:]}")
@@ -253,24 +290,33 @@ def step_cost(names=ORDER, *, steps=8, warmup=2):
 
 
 # --- stored runs and their tables ---------------------------------------------------------------------------
-def stored_runs(folder=None):
-    """Every stored run under ``assets/family`` (or ``folder``), merged: ({method: [rows]}, info), as
-    ``variants.stored_race`` merges lesson 12's race. ``info`` also holds ``gradient_noise`` and ``step_cost``
-    ({kernels: {seed or "cost": …}}) where a file has them."""
+def stored_runs(folder=None, model="adder"):
+    """Every stored run of ``model`` under its folder (:data:`FAMILY_DIRS`: ``assets/family`` for the adder,
+    ``assets/family-sums`` for the sums model) or ``folder``, merged: ({method: [rows]}, info), as
+    ``variants.stored_race`` merges lesson 12's race. ``info`` also holds ``model``, ``gradient_noise`` and
+    ``step_cost`` ({kernels: {seed or "cost": …}}) where a file has them. A file of another model is refused
+    (files without a ``model`` field are the adder's, written before the field existed)."""
     from pathlib import Path
 
     from grpo_edu.common import _checks
     from grpo_edu.course import variants
     from grpo_edu.training.models import ASSETS
 
-    folder = Path(folder) if folder is not None else ASSETS / FAMILY_DIR
+    _check_model(model)
+    folder = Path(folder) if folder is not None else ASSETS / FAMILY_DIRS[model]
     if not sorted(folder.glob("*.json")):
         _checks.fail("folder", f"holds no stored family run (*.json) at {folder}",
-                     "make one with grpo-edu family --seeds 0 1 2 --json FILE")
+                     f"make one with grpo-edu family{'' if model == 'adder' else ' --model ' + model} "
+                     "--seeds 0 1 2 --json FILE")
+    files = {path: json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))}
+    for path, stored in files.items():
+        if stored.get("model", "adder") != model:
+            _checks.fail("model", f"is {model!r}, but {path} holds runs of the {stored.get('model', 'adder')!r} "
+                         "model", f"read that folder with model={stored.get('model', 'adder')!r}, or keep each "
+                         "model's runs in its own folder (FAMILY_DIRS)")
     results, info = variants.stored_race(folder)
-    info["gradient_noise"], info["step_cost"] = {}, {}
-    for path in sorted(folder.glob("*.json")):
-        stored = json.loads(path.read_text(encoding="utf-8"))
+    info["model"], info["gradient_noise"], info["step_cost"] = model, {}, {}
+    for path, stored in files.items():
         kernels = stored["cpu_capability"]
         for seed, noise in stored.get("gradient_noise", {}).items():
             info["gradient_noise"].setdefault(kernels, {})[int(seed)] = noise
@@ -317,7 +363,8 @@ def _check_args(parser, args):
     """Every argument, before any run (a long comparison must not end on a bad --json path)."""
     from grpo_edu.course.experiments.variants import check_json_target, check_seeds_names_steps
 
-    seeds = check_seeds_names_steps(parser, args, "--methods", args.methods, COMMON["total_training_steps"])
+    seeds = check_seeds_names_steps(parser, args, "--methods", args.methods,
+                                    BUDGETS[args.model]["total_training_steps"])
     if args.resamples < 2:
         parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws)")
     check_json_target(parser, args)
@@ -328,7 +375,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="grpo-edu family", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
     parser.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
-    parser.add_argument("--steps", type=int, default=None, help=f"default {COMMON['total_training_steps']}")
+    parser.add_argument("--model", choices=MODELS, default="adder",
+                        help="the start model: adder (the bundled adder, default) or sums (lesson 11's model, "
+                             "long worked answers); each has its own budget (BUDGETS)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=", ".join(f"default {b['total_training_steps']} ({m})" for m, b in BUDGETS.items()))
     parser.add_argument("--resamples", type=int, default=24,
                         help="answer draws per seed for the gradient's noise (default 24, at least 2)")
     parser.add_argument("--cost", action="store_true",
@@ -339,9 +390,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     _check_args(parser, args)
     start = time.perf_counter()
-    results = comparison(args.methods, args.seeds, steps=args.steps, progress=True)
-    noise = {seed: gradient_noise(args.methods, resamples=args.resamples, seed=seed) for seed in args.seeds}
-    cost = step_cost(args.methods) if args.cost else None
+    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True)
+    noise = {seed: gradient_noise(args.methods, resamples=args.resamples, seed=seed, model=args.model)
+             for seed in args.seeds}
+    cost = step_cost(args.methods, model=args.model) if args.cost else None
     print(format_table(results))
     for name in args.methods:
         values = [noise[s][name]["noise_to_signal"] for s in args.seeds]
@@ -350,13 +402,14 @@ def main(argv=None):
         for name, row in cost.items():
             print(f"{name:12s} {row['median_step_s']:.3f} s/step  peak {row['peak_rss_mib']:.0f} MiB  "
                   f"{row['trained_weights']} trained weights, {row['frozen_weights']} frozen")
-    print(f"{len(args.methods)} methods × {len(args.seeds)} seeds in {time.perf_counter() - start:.0f} s")
+    print(f"{len(args.methods)} methods × {len(args.seeds)} seeds on the {args.model} model in {time.perf_counter() - start:.0f} s")
     if args.json:
         import torch
 
         from grpo_edu.common import _checks
 
         stored = {"command": "grpo-edu family " + " ".join(sys.argv[1:] if argv is None else argv),
+                  "model": args.model, "budget": budget(args.model),
                   "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
                   "results": results, "gradient_noise": noise, "step_cost": cost}
         written = _checks.write_result_file(args.json, json.dumps(stored, indent=1), overwrite=args.overwrite)
