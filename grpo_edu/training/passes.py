@@ -31,7 +31,7 @@ import sys
 
 import torch
 
-from grpo_edu.training.rollout import _cache_name, _positions, completion_logprobs
+from grpo_edu.training.rollout import _cache_name, _positions, completion_logprobs, token_logprobs
 
 _unshared = set()
 """Model classes whose forward gave no plain key/value cache to share (told once, then computed unshared)."""
@@ -105,10 +105,16 @@ def answer_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_m
         if with_entropy:
             entropy_parts.append(torch.nn.functional.pad(entropy, (0, T - t)))
         order += rows
-    back = torch.argsort(torch.tensor(order, device=prompt_ids.device))                     # sorted → own order
+    return _in_own_order(logprob_parts, entropy_parts if with_entropy else None, order, completion_mask)
+
+
+def _in_own_order(logprob_parts, entropy_parts, order, completion_mask):
+    """The groups' (n_g, T) rows joined and put back in the rows' own order, 0 after each answer's end:
+    ``(logprobs, entropy)``, (N, T) each (``entropy`` None without ``entropy_parts``)."""
+    back = torch.argsort(torch.tensor(order, device=completion_mask.device))                 # sorted → own order
     keep = completion_mask.to(logprob_parts[0].dtype)                                        # (N, T)
     logprobs = torch.cat(logprob_parts)[back] * keep
-    entropy = torch.cat(entropy_parts)[back] * keep if with_entropy else None
+    entropy = torch.cat(entropy_parts)[back] * keep if entropy_parts is not None else None
     return logprobs, entropy
 
 
@@ -198,22 +204,14 @@ def shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, compl
         attention = (torch.cat([u_mask[mine], completion_mask[index, :t - 1]], 1)     # (n_g, p − 1 + t)
                      if padded else None)
         logits = model(input_ids=fed, attention_mask=attention, position_ids=positions, use_cache=True,
-                       **{name: cache}).logits.float()                       # (n_g, t, V): predict tokens 1 … t
-        if temperature > 0:
-            logits = logits / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)                         # (n_g, t, V)
-        logprobs = logp_all.gather(-1, completion_ids[index, :t].unsqueeze(-1)).squeeze(-1)   # (n_g, t)
+                       **{name: cache}).logits                               # (n_g, t, V): predict tokens 1 … t
+        logprobs, entropy = token_logprobs(logits, completion_ids[index, :t], temperature=temperature,
+                                           with_entropy=with_entropy, entropy_grad=entropy_grad)  # (n_g, t) each
         logprob_parts.append(torch.nn.functional.pad(logprobs, (0, T - t)))                # (n_g, T)
         if with_entropy:
-            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                entropy = -(logp_all.exp() * logp_all).sum(-1)                # (n_g, t)
             entropy_parts.append(torch.nn.functional.pad(entropy, (0, T - t)))
         order += rows
-    back = torch.argsort(torch.tensor(order, device=prompt_ids.device))                     # sorted → own order
-    keep = completion_mask.to(logprob_parts[0].dtype)                                        # (N, T)
-    logprobs = torch.cat(logprob_parts)[back] * keep
-    entropy = torch.cat(entropy_parts)[back] * keep if with_entropy else None
-    return logprobs, entropy
+    return _in_own_order(logprob_parts, entropy_parts if with_entropy else None, order, completion_mask)
 
 
 def rollout_logprobs(model, rollout, rows=slice(None), **kwargs):

@@ -237,11 +237,18 @@ def completion_logprobs(model, input_ids, attention_mask, num_completion_tokens,
     position_ids = None if attention_mask is None else _positions(attention_mask)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 logits_to_keep=T + 1, use_cache=False)                          # one pass: no KV cache to keep
-    logits = out.logits[:, :-1, :].float()                                      # (N, T, V): predicts tokens P..P+T-1
+    logits = out.logits[:, :-1, :]                                              # (N, T, V): predicts tokens P..P+T-1
+    return token_logprobs(logits, input_ids[:, -T:], temperature=temperature, with_entropy=with_entropy,
+                          entropy_grad=entropy_grad)
+
+
+def token_logprobs(logits, targets, *, temperature=1.0, with_entropy=False, entropy_grad=False):
+    """log π(o_t | q, o_<t) of ``targets`` (N, T) under ``logits`` (N, T, V), at the sampling temperature
+    (in float32); ``(logprobs, entropy)``, (N, T) each, ``entropy`` as in :func:`completion_logprobs`."""
+    logits = logits.float()
     if temperature > 0:
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)                                # (N, T, V)
-    targets = input_ids[:, -T:]                                                 # (N, T)
     logprobs = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)           # (N, T)
     entropy = None
     if with_entropy:
