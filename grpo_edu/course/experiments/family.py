@@ -404,17 +404,10 @@ def main(argv=None):
                   f"{row['trained_weights']} trained weights, {row['frozen_weights']} frozen")
     print(f"{len(args.methods)} methods × {len(args.seeds)} seeds on the {args.model} model in {time.perf_counter() - start:.0f} s")
     if args.json:
-        import torch
+        from grpo_edu.course.experiments.variants import write_stored
 
-        from grpo_edu.common import _checks
-
-        stored = {"command": "grpo-edu family " + " ".join(sys.argv[1:] if argv is None else argv),
-                  "model": args.model, "budget": budget(args.model),
-                  "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-                  "results": results, "gradient_noise": noise, "step_cost": cost}
-        written = _checks.write_result_file(args.json, json.dumps(stored, indent=1), overwrite=args.overwrite)
-        if str(written) != args.json:
-            print(f"{args.json} appeared during the runs (another run?): kept it, and wrote {written}")
+        write_stored(args, argv, "grpo-edu family", {"model": args.model, "budget": budget(args.model),
+                                                     "results": results, "gradient_noise": noise, "step_cost": cost})
     return 0
 
 

@@ -378,6 +378,24 @@ def check_seeds_names_steps(parser, args, names_flag, names, default_steps):
     return seeds
 
 
+def write_stored(args, argv, program, fields, *, during="the runs"):
+    """Write a comparison's ``--json`` file (checked before the runs by :func:`check_json_target`): the command
+    that made it, this CPU's kernel set and torch's version, then ``fields``. A file that appeared meanwhile is
+    kept, and the runs go to a free name beside it, which is printed."""
+    import json
+    import sys
+
+    import torch
+
+    from grpo_edu.common import _checks
+
+    stored = {"command": f"{program} " + " ".join(sys.argv[1:] if argv is None else argv), **fields,
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__}
+    written = _checks.write_result_file(args.json, json.dumps(stored, indent=1), overwrite=args.overwrite)
+    if str(written) != args.json:
+        print(f"{args.json} appeared during {during} (another run?): kept it, and wrote {written}")
+
+
 def check_json_target(parser, args):
     """--overwrite only with --json, and a --json file that can be written (a long run must not end on a bad path)."""
     from grpo_edu.common import _checks
@@ -414,20 +432,7 @@ def main(argv=None):
     print(format_table(results))
     print(f"{len(args.variants)} variants × {len(args.seeds)} seeds in {time.perf_counter() - start:.0f} s")
     if args.json:
-        import json
-
-        import sys
-
-        import torch
-
-        stored = {"command": "grpo-edu variants " + " ".join(sys.argv[1:] if argv is None else argv),
-                  "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
-                  "results": results}
-        from grpo_edu.common import _checks
-
-        written = _checks.write_result_file(args.json, json.dumps(stored, indent=1), overwrite=args.overwrite)
-        if str(written) != args.json:
-            print(f"{args.json} appeared during the race (another run?): kept it, and wrote {written}")
+        write_stored(args, argv, "grpo-edu variants", {"results": results}, during="the race")
     return 0
 
 
