@@ -37,3 +37,15 @@ def test_outside_a_notebook_it_is_tqdms_plain_bar():
     bar = progress.progress_bar(5, desc="x", disable=True)
     assert isinstance(bar, tqdm)
     bar.close()
+
+
+def test_a_terminal_bar_needs_no_ipython():
+    """A GPU machine's Python may lack IPython (the H200 image does): a terminal run's bars must not import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['IPython'] = None\n"
+            "from grpo_edu.common.progress import progress_bar\n"
+            "with progress_bar(2, desc='x') as bar: bar.update(2)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

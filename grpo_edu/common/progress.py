@@ -9,7 +9,12 @@ steps, done". That text holds no timings, so a notebook's stored output is the s
 every run (nbval compares it).
 """
 
-from IPython.display import display
+
+def display(obj, **kwargs):
+    """IPython's ``display``, imported at the first notebook bar: a terminal, or a GPU machine, may have no IPython."""
+    from IPython.display import display as ipython_display
+
+    return ipython_display(obj, **kwargs)
 
 
 def progress_bar(total, *, desc, initial=0, disable=False, mininterval=0.5, unit="step"):
