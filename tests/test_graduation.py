@@ -23,3 +23,27 @@ def test_launch_commands_for_data_parallel_and_zero():
         launch_command(zero_stage=4)
     with pytest.raises(ValueError, match="^num_processes: "):
         run_trl_processes(GRPOConfig(batch_size=3, num_generations=3), num_processes=2)
+
+
+def test_trl_trains_the_configs_model(monkeypatch):
+    """run_trl hands TRL the run's own model: the GPU run's comparison once trained the bundled adder on the sums task
+    (held-out accuracy 0 → 0) while grpo_edu trained the model it had built."""
+    import trl
+
+    from grpo_edu.training.models import sums_model_dir
+
+    handed = []
+
+    class Stop(Exception):
+        pass
+
+    def stand_in(*, model, **kwargs):
+        handed.append(model)
+        raise Stop
+
+    monkeypatch.setattr(trl, "GRPOTrainer", stand_in)
+    from grpo_edu.beyond.graduation import run_trl
+
+    with pytest.raises(Stop):
+        run_trl(GRPOConfig.preset("sums", batch_size=2, num_generations=2, total_training_steps=1, device="cpu"))
+    assert handed == [str(sums_model_dir())]

@@ -27,7 +27,7 @@ from pathlib import Path
 from grpo_edu.beyond.export import to_trl
 from grpo_edu.common import _checks
 from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.models import bundled_model_dir, pick_device
+from grpo_edu.training.models import pick_device, resolve_model
 from grpo_edu.training.tasks import get_task
 
 
@@ -87,7 +87,7 @@ def run_trl(config=None, *, num_processes=None):
         warnings.filterwarnings("ignore", r".*gradient_checkpointing.* is deprecated", FutureWarning)
         args = trl.GRPOConfig(output_dir=out, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,
                               dataloader_num_workers=0, **{**kwargs, "use_cpu": pick_device(c.device).type == "cpu"})
-        trainer = trl.GRPOTrainer(model=str(bundled_model_dir()), reward_funcs=[reward], args=args,
+        trainer = trl.GRPOTrainer(model=resolve_model(c.model), reward_funcs=[reward], args=args,
                                   train_dataset=datasets.Dataset.from_list(task.split("train")))
         trainer.remove_callback(transformers.PrinterCallback)   # TRL's per-step dicts stay in log_history
         if c.eval_size:                                         # the unwrapped model: its weights are trained
