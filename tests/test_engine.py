@@ -200,6 +200,15 @@ def test_the_bundled_models_take_the_fast_path(adder, sums, wide_llama):
         assert isinstance(engine.decoder_for(model, 4), engine._LlamaDecoder)
 
 
+def test_cuda_attention_leaves_out_cudnn():
+    """cuDNN plans every new shape, and each decode step has one: on an H200 the engine sampled 10 times slower with
+    it (docs/gpu-run.md). The names must be SDPBackend members, or the fast path would fail on CUDA alone."""
+    from torch.nn.attention import SDPBackend
+
+    assert engine.CUDA_ATTENTION_BACKENDS and "CUDNN_ATTENTION" not in engine.CUDA_ATTENTION_BACKENDS
+    assert all(isinstance(getattr(SDPBackend, name), SDPBackend) for name in engine.CUDA_ATTENTION_BACKENDS)
+
+
 def test_bad_input_is_refused_before_any_work(adder):
     model, tokenizer = adder
     with pytest.raises(ValueError, match=r"^prompts: "):

@@ -38,6 +38,7 @@ prompt, N = B·G rows, n of them still decoding, P prompt tokens, S = P + max_ne
 H query heads, K KV heads, d head size, D hidden size, V vocabulary.
 """
 
+import contextlib
 import sys
 
 import torch
@@ -49,6 +50,12 @@ from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positi
 FAST_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 """RoPE types whose angles depend on the position only (so one table serves every step); "dynamic"
 and "longrope" rescale with the sequence length and take the ``transformers`` path."""
+
+CUDA_ATTENTION_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+"""The attention kernels the fast path may use on CUDA (``torch.nn.attention.SDPBackend`` names), cuDNN's left
+out. cuDNN builds an execution plan for each new shape, and a decode step has a new one every time (one more
+cache slot, fewer live rows): on an H200 that planning made the engine 4 times slower than the loop, the GPU
+idle while the CPU planned. Flash and memory-efficient attention need no plan."""
 
 _told = set()
 """Model classes already named in the fallback line (it is printed once per class and process)."""
@@ -81,12 +88,28 @@ def _joined(*linears):
     return weight, bias
 
 
+class _Weights:
+    """One layer's tensors, read once per ``generate`` call (no module lookups in the decode loop)."""
+
+    def __init__(self, layer):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm = layer.input_layernorm.weight                                 # (D,)
+        # vLLM's fused projections (QKVParallelLinear, MergedColumnParallelLinear): q, k, v in one matmul,
+        # gate and up in another; the same numbers as three and two, in fewer calls
+        self.qkv = _joined(attn.q_proj, attn.k_proj, attn.v_proj)                      # ((H + 2K)·d, D)
+        self.o = (attn.o_proj.weight, attn.o_proj.bias)                                # (D, H·d)
+        self.post_norm = layer.post_attention_layernorm.weight                         # (D,)
+        self.gate_up = _joined(mlp.gate_proj, mlp.up_proj)                             # (2I, D)
+        self.down = (mlp.down_proj.weight, mlp.down_proj.bias)                         # (D, I)
+        self.scaling = attn.scaling                                                    # 1/√d
+
+
 class _LlamaDecoder:
     """Llama's forward over a preallocated KV cache, with the model's own weights and nothing around them.
 
-    One decoder lives for one ``generate`` call. Its state: the cache (per layer, keys and values of
-    shape (n, K, S, d)), which cache slots each row may attend to (``visible``, (n, S): left padding
-    is hidden), each row's next RoPE position (``position``, (n,)) and how many slots are written.
+    One decoder lives for one ``generate`` call. Its state: the cache (one tensor, (layers, 2, n, K, S, d):
+    each layer's keys and values), which cache slots each row may attend to (``visible``, (n, S): left
+    padding is hidden), each row's next RoPE position (``position``, (n,)) and how many slots are written.
     """
 
     def __init__(self, model, max_new_tokens):
@@ -96,19 +119,17 @@ class _LlamaDecoder:
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads      # K (GQA when K < H)
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads   # d
         self.eps = config.rms_norm_eps
-        self.layers = model.model.layers
-        # vLLM's fused projections (QKVParallelLinear, MergedColumnParallelLinear): q, k, v in one matmul,
-        # gate and up in another; the same numbers as three and two, in fewer calls
-        self.qkv = [_joined(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                    for layer in self.layers]
-        self.gate_up = [_joined(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.layers]
+        self.weights = [_Weights(layer) for layer in model.model.layers]
+        self.embed = model.model.embed_tokens.weight                                   # (V, D)
+        self.final_norm = model.model.norm.weight                                      # (D,)
+        self.lm_head = (model.lm_head.weight, model.lm_head.bias)                      # (V, D)
 
     # --- the pieces of one layer -------------------------------------------------------------
-    def _rms_norm(self, x, norm):
+    def _rms_norm(self, x, weight):
         """RMSNorm: x / √(mean(x²) + ε) · w, in float32 as ``LlamaRMSNorm`` computes it."""
-        x32 = x.float()
+        x32 = x if x.dtype == torch.float32 else x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return norm.weight * x32.to(x.dtype)
+        return weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
 
     @staticmethod
     def _rope(x, cos, sin):
@@ -117,89 +138,98 @@ class _LlamaDecoder:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)                  # (n, heads, q, d)
         return x * cos + rotated * sin
 
-    def _layer(self, i, layer, h, cos, sin, mask, start):
-        """Layer ``i`` on ``h`` (n, q, D), whose q tokens go to cache slots start … start+q−1."""
-        attn, mlp = layer.self_attn, layer.mlp
+    def _layer(self, i, w, h, cos, sin, mask, start):
+        """Layer ``i`` (weights ``w``) on ``h`` (n, q, D), whose q tokens go to cache slots start … start+q−1."""
         n, q, _ = h.shape
-        x = self._rms_norm(h, layer.input_layernorm)                                   # (n, q, D)
-        qkv = F.linear(x, *self.qkv[i])                                                 # (n, q, (H + 2K)·d)
-        queries, keys, values = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
-                                           self.kv_heads * self.head_dim], dim=-1)
-        queries = queries.view(n, q, self.heads, self.head_dim)                        # (n, q, H, d)
-        keys = keys.view(n, q, self.kv_heads, self.head_dim)                           # (n, q, K, d)
-        values = values.view(n, q, self.kv_heads, self.head_dim)                       # (n, q, K, d)
-        queries = self._rope(queries.transpose(1, 2), cos, sin)                        # (n, H, q, d)
-        keys = self._rope(keys.transpose(1, 2), cos, sin)                              # (n, K, q, d)
-        cache_k, cache_v = self.cache[i]                       # (n, K, S, d) each
-        cache_k[:, :, start:start + q] = keys                                          # write in place
-        cache_v[:, :, start:start + q] = values.transpose(1, 2)                        # (n, K, q, d)
+        H, K, d = self.heads, self.kv_heads, self.head_dim
+        x = self._rms_norm(h, w.input_norm)                                            # (n, q, D)
+        qkv = F.linear(x, *w.qkv).view(n, q, H + 2 * K, d)                             # (n, q, H + 2K, d)
+        # RoPE is elementwise, so queries and keys turn in one call (the same numbers as two)
+        turned = self._rope(qkv[:, :, :H + K].transpose(1, 2), cos, sin)              # (n, H + K, q, d)
+        queries, keys = turned[:, :H], turned[:, H:]                                   # (n, H, q, d), (n, K, q, d)
+        values = qkv[:, :, H + K:].transpose(1, 2)                                     # (n, K, q, d)
         end = start + q
+        cache_k, cache_v = self.cache[i]                                               # (n, K, S, d) each
+        cache_k[:, :, start:end] = keys                                                # write in place
+        cache_v[:, :, start:end] = values
         # softmax(q·kᵀ/√d + mask)·v over every written slot; GQA: each KV head serves H/K query heads
         out = F.scaled_dot_product_attention(queries, cache_k[:, :, :end], cache_v[:, :, :end], attn_mask=mask,
-                                             is_causal=mask is None and q > 1, scale=attn.scaling,
-                                             enable_gqa=self.kv_heads != self.heads)   # (n, H, q, d)
-        out = out.transpose(1, 2).reshape(n, q, self.heads * self.head_dim)            # (n, q, H·d)
-        h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-        x = self._rms_norm(h, layer.post_attention_layernorm)
+                                             is_causal=mask is None and q > 1, scale=w.scaling,
+                                             enable_gqa=K != H)                        # (n, H, q, d)
+        h = h + F.linear(out.transpose(1, 2).reshape(n, q, H * d), *w.o)              # (n, q, D)
         # SwiGLU: down(silu(gate(x)) ⊙ up(x))
-        gate, up = F.linear(x, *self.gate_up[i]).chunk(2, dim=-1)                       # (n, q, I) each
-        return h + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)  # (n, q, D)
+        gate, up = F.linear(self._rms_norm(h, w.post_norm), *w.gate_up).chunk(2, dim=-1)   # (n, q, I) each
+        return h + F.linear(F.silu(gate) * up, *w.down)                                # (n, q, D)
 
     def _forward(self, ids, positions, mask, start):
-        """Logits of each row's last token, (n, V), after writing ``ids`` (n, q) to the cache."""
-        body = self.model.model
-        h = body.embed_tokens(ids)                                                     # (n, q, D)
+        """Logits of each row's last token, (n, V), after writing ``ids`` (n, q) to the cache.
+
+        ``mask`` is additive (0 where a query may look, −∞ where not), made once for all layers:
+        ``scaled_dot_product_attention`` would turn a boolean mask into this in every call."""
+        h = F.embedding(ids, self.embed)                                               # (n, q, D)
         cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # (n, 1, q, d)
-        for i, layer in enumerate(self.layers):
-            h = self._layer(i, layer, h, cos, sin, mask, start)
-        h = self._rms_norm(h[:, -1], body.norm)                                        # (n, D)
-        return self.model.lm_head(h)                                                   # (n, V)
+        with self._attention_kernels():
+            for i, w in enumerate(self.weights):
+                h = self._layer(i, w, h, cos, sin, mask, start)
+        return F.linear(self._rms_norm(h[:, -1], self.final_norm), *self.lm_head)      # (n, V)
+
+    def _attention_kernels(self):
+        """On CUDA, SDPA restricted to :data:`CUDA_ATTENTION_BACKENDS`; elsewhere nothing changes."""
+        if self.embed.device.type != "cuda":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_ATTENTION_BACKENDS])
+
+    def _additive(self, allowed):
+        """A boolean mask as SDPA's additive one, in the queries' dtype: 0 where True, −∞ where False."""
+        return torch.zeros(allowed.shape, dtype=self.cache.dtype, device=allowed.device).masked_fill_(
+            ~allowed, float("-inf"))
 
     # --- the decoder's interface (shared with _TransformersDecoder) --------------------------
     def prefill(self, prompt_ids, prompt_mask):
         """Read the B prompts (B, P), left-padded; returns the logits of each one's next token, (B, V)."""
         B, P = prompt_ids.shape
         S = P + self.max_new                                                           # cache slots
-        param = self.model.lm_head.weight
+        device = self.embed.device
         # RoPE's cos and sin for every position once, from the model's own rotary module
-        h0 = torch.zeros(1, 1, dtype=self.model.model.embed_tokens.weight.dtype, device=param.device)
-        cos, sin = self.model.model.rotary_emb(h0, torch.arange(S, device=param.device)[None])
+        h0 = torch.zeros(1, 1, dtype=self.embed.dtype, device=device)
+        cos, sin = self.model.model.rotary_emb(h0, torch.arange(S, device=device)[None])
         self.cos, self.sin = cos[0], sin[0]                                            # (S, d) each
         # under autocast (bf16 sampling) the keys come out in the autocast dtype: the cache holds that
-        kind = param.device.type
-        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else param.dtype
-        self.cache = [(torch.zeros(B, self.kv_heads, S, self.head_dim, dtype=dtype, device=param.device),
-                       torch.zeros(B, self.kv_heads, S, self.head_dim, dtype=dtype, device=param.device))
-                      for _ in self.layers]                                            # (B, K, S, d) per layer
+        kind = device.type
+        dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else self.embed.dtype
+        self.cache = torch.zeros(len(self.weights), 2, B, self.kv_heads, S, self.head_dim, dtype=dtype,
+                                 device=device)                                        # (layers, 2, B, K, S, d)
         self.padded = not bool(prompt_mask.all())
-        self.visible = torch.ones(B, S, dtype=torch.bool, device=param.device)         # (B, S)
+        self.visible = torch.ones(B, S, dtype=torch.bool, device=device)               # (B, S)
         self.visible[:, :P] = prompt_mask.bool()
         self.position = prompt_mask.sum(1)                                             # (B,) next token's position
         self.written = P
         mask = None                                                                    # plain causal: is_causal
         if self.padded:
-            causal = torch.ones(P, P, dtype=torch.bool, device=param.device).tril()    # (P, P)
+            causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()          # (P, P)
             # a pad query sees itself, so no softmax row is empty (an empty one is NaN, and NaN · 0 is NaN)
-            mask = (causal & self.visible[:, None, :P]) | torch.eye(P, dtype=torch.bool, device=param.device)
-            mask = mask.unsqueeze(1)                                                   # (B, 1, P, P)
+            mask = (causal & self.visible[:, None, :P]) | torch.eye(P, dtype=torch.bool, device=device)
+            mask = self._additive(mask.unsqueeze(1))                                   # (B, 1, P, P)
         return self._forward(prompt_ids, _positions(prompt_mask), mask, start=0)
 
     def repeat(self, G):
         """Copy each row's cache G times, consecutively: rows b·G … b·G + G − 1 share prompt b."""
-        self.cache = [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)) for k, v in self.cache]   # (N, K, S, d)
+        self.cache = self.cache.repeat_interleave(G, 2)                                # (layers, 2, N, K, S, d)
         self.visible = self.visible.repeat_interleave(G, 0)                            # (N, S)
         self.position = self.position.repeat_interleave(G, 0)                          # (N,)
 
     def keep(self, rows):
         """Keep only ``rows`` (indices into the live rows): the others' cache rows are freed."""
-        self.cache = [(k[rows], v[rows]) for k, v in self.cache]                      # (n', K, S, d)
+        self.cache = self.cache[:, :, rows]                                            # (layers, 2, n', K, S, d)
         self.visible = self.visible[rows]                                              # (n', S)
         self.position = self.position[rows]                                            # (n',)
 
     def step(self, tokens):
         """Feed one token per live row, (n,); returns the next logits, (n, V)."""
         start = self.written
-        mask = self.visible[:, None, None, :start + 1] if self.padded else None        # (n, 1, 1, slots)
+        mask = self._additive(self.visible[:, None, None, :start + 1]) if self.padded else None   # (n, 1, 1, slots)
         logits = self._forward(tokens[:, None], self.position[:, None], mask, start)   # (n, V)
         self.written += 1
         self.position = self.position + 1
