@@ -4,7 +4,7 @@ Lesson 10's GPU section first needed the hub (Qwen2.5-0.5B-Instruct, GSM8K), whi
 without internet cannot reach. This run needs nothing but this package:
 
 1. **Build** a larger model that writes its working, on the GPU, with the same warm-up that made
-   ``assets/tiny-sums`` (``make_model``): 8 layers, hidden 512, about 25 M parameters, stopped
+   ``assets/tiny-sums`` (``make_model``): 8 layers, hidden 512, 33.6 M parameters, stopped
    when its held-out sampled accuracy reaches 40 %.
 2. **Train** it with GRPO (``GRPOTrainer``, the ``sums`` preset, bf16 autocast on CUDA, sampling with the
    engine, the trainer's default) and print held-out accuracy before and after, completion tokens per second
@@ -32,8 +32,9 @@ SIZES = {
                            stop_at=0.4, eval_samples=1),
              "train": dict(batch_size=4, num_generations=4, total_training_steps=3, learning_rate=3e-4, eval_size=16)},
 }
-"""What each size builds and trains. ``gpu``: not yet run on a GPU by this project (no GPU was lent to
-it); its learning rates are the tiny-sums recipe scaled down for a 25× larger model, a first guess.
+"""What each size builds and trains. ``gpu``: the tiny-sums recipe's learning rates scaled down for a 30× larger
+model; on one H200 it warmed up in 275 steps (35 s) and GRPO took held-out accuracy from 0.50 to 0.74 in 60 steps
+(docs/gpu-run.md).
 ``tiny``: the CPU stand-in the tests run."""
 
 WARM_UP = dict(task="sums", label_smoothing=0.0, max_positions=64, stop_metric="sampled", worked_fraction=0.5,
@@ -166,7 +167,7 @@ def main(argv=None):
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                         help="auto: CUDA when torch sees it, else the CPU (at the tiny size)")
     parser.add_argument("--size", choices=sorted(SIZES), default=None,
-                        help="gpu (about 25 M parameters) or tiny (the CPU stand-in); default: gpu on CUDA, tiny on CPU")
+                        help="gpu (33.6 M parameters) or tiny (the CPU stand-in); default: gpu on CUDA, tiny on CPU")
     parser.add_argument("--no-trl", action="store_true", help="skip the TRL comparison")
     parser.add_argument("--out", help="where to save the built model (default: a temporary folder); a folder that "
                                       "already holds a model is refused unless --overwrite")
@@ -189,7 +190,7 @@ def main(argv=None):
     size = args.size or ("gpu" if device == "cuda" else "tiny")
     if size == "gpu" and device == "cpu":
         build = SIZES["gpu"]["build"]
-        print(f"grpo_edu.beyond.gpu_run: warning: --size gpu on the CPU builds about 25 M parameters with up to "
+        print(f"grpo_edu.beyond.gpu_run: warning: --size gpu on the CPU builds 33.6 M parameters with up to "
               f"{build['max_steps']} warm-up steps of {build['batch_size']} prompts: hours, not minutes. --size tiny "
               "is the CPU stand-in; --device cuda runs the gpu size where there is a GPU", file=sys.stderr, flush=True)
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
