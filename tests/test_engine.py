@@ -207,6 +207,11 @@ def test_cuda_attention_leaves_out_cudnn():
 
     assert engine.CUDA_ATTENTION_BACKENDS and "CUDNN_ATTENTION" not in engine.CUDA_ATTENTION_BACKENDS
     assert all(isinstance(getattr(SDPBackend, name), SDPBackend) for name in engine.CUDA_ATTENTION_BACKENDS)
+    from torch.nn.attention import sdpa_kernel
+
+    q = torch.randn(2, 4, 1, 8)
+    with sdpa_kernel([getattr(SDPBackend, name) for name in engine.CUDA_ATTENTION_BACKENDS]):   # the list is usable
+        assert torch.nn.functional.scaled_dot_product_attention(q, q, q).shape == q.shape
 
 
 def test_bad_input_is_refused_before_any_work(adder):

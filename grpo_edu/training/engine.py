@@ -54,8 +54,8 @@ and "longrope" rescale with the sequence length and take the ``transformers`` pa
 CUDA_ATTENTION_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 """The attention kernels the fast path may use on CUDA (``torch.nn.attention.SDPBackend`` names), cuDNN's left
 out. cuDNN builds an execution plan for each new shape, and a decode step has a new one every time (one more
-cache slot, fewer live rows): on an H200 that planning made the engine 4 times slower than the loop, the GPU
-idle while the CPU planned. Flash and memory-efficient attention need no plan."""
+cache slot, fewer live rows): on an H200 that planning made the engine 4.4 times slower than the loop on the GPU
+run's model, and 10 times slower than without cuDNN on the bundled sums model, the GPU idle while the CPU planned. Flash and memory-efficient attention need no plan."""
 
 _told = set()
 """Model classes already named in the fallback line (it is printed once per class and process)."""
@@ -123,6 +123,7 @@ class _LlamaDecoder:
         self.embed = model.model.embed_tokens.weight                                   # (V, D)
         self.final_norm = model.model.norm.weight                                      # (D,)
         self.lm_head = (model.lm_head.weight, model.lm_head.bias)                      # (V, D)
+        self._backends = None                                                          # SDPA kernels on CUDA
 
     # --- the pieces of one layer -------------------------------------------------------------
     def _rms_norm(self, x, weight):
@@ -174,15 +175,18 @@ class _LlamaDecoder:
         return F.linear(self._rms_norm(h[:, -1], self.final_norm), *self.lm_head)      # (n, V)
 
     def _attention_kernels(self):
-        """On CUDA, SDPA restricted to :data:`CUDA_ATTENTION_BACKENDS`; elsewhere nothing changes."""
+        """On CUDA, SDPA restricted to :data:`CUDA_ATTENTION_BACKENDS` (looked up once per decoder); elsewhere
+        nothing changes."""
         if self.embed.device.type != "cuda":
             return contextlib.nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_ATTENTION_BACKENDS])
+        if self._backends is None:
+            self._backends = [getattr(SDPBackend, name) for name in CUDA_ATTENTION_BACKENDS]
+        return sdpa_kernel(self._backends)
 
     def _additive(self, allowed):
-        """A boolean mask as SDPA's additive one, in the queries' dtype: 0 where True, −∞ where False."""
+        """A boolean mask as SDPA's additive one, in the cache's dtype: 0 where True, −∞ where False."""
         return torch.zeros(allowed.shape, dtype=self.cache.dtype, device=allowed.device).masked_fill_(
             ~allowed, float("-inf"))
 
