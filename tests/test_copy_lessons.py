@@ -98,7 +98,8 @@ def test_two_forced_updates_in_the_same_second_keep_both_versions(tmp_path, monk
 RACE = """
 import sys, time
 from grpo_edu.course.classroom.copy_lessons import copy_lessons
-start = float(sys.argv[3])
+print("ready", flush=True)
+start = float(sys.stdin.readline())     # the same moment for both runs, sent once both have started
 while time.time() < start:
     pass
 try:
@@ -118,9 +119,14 @@ def test_two_forced_updates_at_once_lose_no_students_edit(tmp_path):
             note = f"# {path.stem} · trial {trial}'s notes"
             _edit(path, note)
             notes.add(note)
-        start = time.time() + 1.0
-        runs = [subprocess.Popen([sys.executable, "-c", RACE, str(folder), str(source), str(start)],
+        runs = [subprocess.Popen([sys.executable, "-c", RACE, str(folder), str(source)], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+        for run in runs:                                                 # both have imported the library
+            assert run.stdout.readline() == b"ready\n", run.communicate(timeout=120)[1].decode()[-2000:]
+        start = f"{time.time() + 0.05!r}\n".encode()                     # then both start at one moment
+        for run in runs:
+            run.stdin.write(start)
+            run.stdin.flush()
         for run in runs:
             out, err = run.communicate(timeout=120)
             assert run.returncode == 0 and not out, (out + err).decode()[-2000:]    # neither run was refused
