@@ -171,7 +171,7 @@ def test_a_bad_bench_step_stops_the_run_before_any_test(tmp_path):
     assert f"{BENCH_ENV}: is 'fast'" in run.stderr and "passed" not in run.stdout
 
 
-def test_the_longest_pieces_go_first_and_a_pieces_tests_stay_together():
+def test_the_lessons_that_train_go_first_then_the_solo_group_and_a_pieces_tests_stay_together():
     from grpo_edu.course.testing.lesson_times import GROUPED, pytest_collection_modifyitems
 
     def item(nodeid, trains=False):
@@ -184,9 +184,9 @@ def test_the_longest_pieces_go_first_and_a_pieces_tests_stay_together():
     config = SimpleNamespace(workerinput={GROUPED: True})
     pytest_collection_modifyitems(None, config, items)
     assert [i.nodeid for i in items] == [
-        "tests/test_browser.py::b", "lessons/10_graduation.ipynb::Cell 0",          # the solo group: longest
         "lessons/05_b.ipynb::Cell 0", "lessons/05_b.ipynb::Cell 1", "lessons/05_b.ipynb::Cell 2",   # trains, 3 cells
         "lessons/08_c.ipynb::Cell 0",                                                # trains, 1 cell
+        "tests/test_browser.py::b", "lessons/10_graduation.ipynb::Cell 0",          # then the solo group
         "tests/test_big.py::x", "tests/test_big.py::y",                              # then the rest, largest first
         "tests/test_kl.py::a", "lessons/01_a.ipynb::Cell 0"]
     # outside a grouped run the collection keeps its order
