@@ -25,16 +25,16 @@ CHECKSUMS = "CHECKSUMS.json"
 MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks", "tiny-calc")
 CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
-REFERENCE_STEP_MS = 35.0
+REFERENCE_STEP_MS = 31.4
 REFERENCE_TIMES_S = {
-    "01_batch_step_epoch": 2.6, "02_group_advantage": 4.3, "03_zero_sigma": 3.5, "04_clipped_loss": 2.7,
-    "04b_kl_and_loss_types": 4.6, "05_toy_grpo": 56.4, "06_data_replay": 56.6, "07_reward_design": 24.6,
-    "08_full_grpo_run": 45.6, "09_diagnostics_clinic": 40, "09b_diagnostics_clinic_2": 36.6,
-    "10_graduation": 36.5, "11_long_answers": 48.3, "12_variants": 30.8, "13_family": 5.9,
-    "14_cost_of_a_step": 21.7, "15_tools": 4.6,
+    "01_batch_step_epoch": 2.5, "02_group_advantage": 3.8, "03_zero_sigma": 2.6, "04_clipped_loss": 2.5,
+    "04b_kl_and_loss_types": 4.2, "05_toy_grpo": 40.5, "06_data_replay": 45.5, "07_reward_design": 17.6,
+    "08_full_grpo_run": 41.3, "09_diagnostics_clinic": 30.4, "09b_diagnostics_clinic_2": 29.8, "10_graduation": 34,
+    "11_long_answers": 52.5, "12_variants": 28.1, "13_family": 7.7, "14_cost_of_a_step": 21.5, "15_tools": 4.1,
 }
-"""Each lesson's time under the README's test command on the project's 2-core CPU, scaled to a bench step of
-35.0 ms (measured at 33.7 ms: each time ×35/33.7). A machine whose step is s ms takes about s / 35 times as long."""
+"""Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU,
+whose bench step was then REFERENCE_STEP_MS. A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
+long."""
 
 
 @dataclass
