@@ -188,9 +188,9 @@ def pytest_collection_modifyitems(session, config, items):
     (longest-first scheduling): the notebooks that train (by their number of cells), then the solo group
     (a browser, then the lesson that trains on two processes), then the test files, largest first.
 
-    The lessons go first so that each runs beside another lesson, one process on each core, as a learner's
-    laptop runs it alone on one: beside the browser and the two-process lesson, which take more than their
-    core, a lesson took up to half as long again (lesson 05: 53 s against 35 s). The solo group comes before
+    The lessons go first so that each runs beside another lesson, one process on each core: beside the
+    browser and the two-process lesson, which take more than their core, lesson 05 took 53 s where it took
+    35 s beside a lesson (one run each). The solo group comes before
     the test files: had it come last, one worker would run it alone while the others sat idle. Every worker
     collects, and orders, the same way; the scheduler hands out the pieces in this order."""
     if not getattr(config, "workerinput", {}).get(GROUPED):
