@@ -164,6 +164,18 @@ def test_bench_prints_its_numbers(capsys, monkeypatch):
     assert "grpo_edu" in out and "floor" in out and "s/step" in out and "start → first step" in out
 
 
+def test_the_bench_step_times_the_floor_not_the_trainer_in_the_budgets_units(capsys, monkeypatch):
+    """The ruler of the time budgets measures the machine: a faster (or slower) trainer must not move it."""
+    from grpo_edu.beyond import bench
+
+    timed = []
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, threads=None, **kw: (
+        timed.append((name, threads)), {"median_step_s": {"floor": 0.030, "grpo_edu": 0.020}[name]})[1])
+    assert main(["bench", "--step-ms", "--rounds", "3"]) == 0
+    assert timed == [("floor", 1)] * 3                                   # one thread, as each test worker has
+    assert float(capsys.readouterr().out) == pytest.approx(30.0 * 78.7 / 71.8, abs=0.05)   # 32.9: the laptop's ratio
+
+
 def test_bench_times_the_long_answer_workload_on_its_own_model(capsys, monkeypatch):
     from grpo_edu.beyond import bench
 

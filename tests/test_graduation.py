@@ -37,8 +37,9 @@ def test_trl_trains_the_configs_model(monkeypatch):
     class Stop(Exception):
         pass
 
-    def stand_in(*, model, **kwargs):
+    def stand_in(*, model, args, **kwargs):
         handed.append(model)
+        handed.append(args.model_init_kwargs)
         raise Stop
 
     monkeypatch.setattr(trl, "GRPOTrainer", stand_in)
@@ -46,4 +47,7 @@ def test_trl_trains_the_configs_model(monkeypatch):
 
     with pytest.raises(Stop):
         run_trl(GRPOConfig.preset("sums", batch_size=2, num_generations=2, total_training_steps=1, device="cpu"))
-    assert handed == [str(sums_model_dir())]
+    import transformers
+
+    hub_kernels = hasattr(transformers.PreTrainedModel, "set_use_kernels")
+    assert handed == [str(sums_model_dir()), {"use_kernels": False} if hub_kernels else {}]   # loaded as grpo_edu does

@@ -184,6 +184,25 @@ def test_the_loader_asks_transformers_for_safetensors_only(monkeypatch):
     assert seen["use_safetensors"] is True and seen["trust_remote_code"] is False
 
 
+def test_a_loaded_model_runs_pytorchs_own_layers_and_switching_modes_does_not_kernelize_it(monkeypatch):
+    """transformers 5 loads a model with hub kernels on whenever the kernels package is installed, and kernelizes it
+    again at every train()/eval() switch, which a step makes twice: the course's models keep PyTorch's own layers."""
+    import transformers
+
+    if not hasattr(transformers.PreTrainedModel, "set_use_kernels"):
+        pytest.skip("this transformers has no hub kernels")
+    kernelized = []
+    real = transformers.PreTrainedModel.set_use_kernels
+    monkeypatch.setattr(transformers.PreTrainedModel, "set_use_kernels",
+                        lambda self, use, *a, **kw: (kernelized.append(use), real(self, use, *a, **kw))[1])
+    model, _ = load_model_and_tokenizer("bundled")
+    assert model.use_kernels is False
+    kernelized.clear()
+    model.eval()
+    model.train()
+    assert kernelized == []
+
+
 def _damaged_copy(tmp_path, value):
     """A copy of the bundled model whose first embedding row is ``value``."""
     from safetensors.torch import load_file, save_file

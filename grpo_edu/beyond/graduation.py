@@ -27,7 +27,7 @@ from pathlib import Path
 from grpo_edu.beyond.export import to_trl
 from grpo_edu.common import _checks
 from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.models import pick_device, resolve_model
+from grpo_edu.training.models import no_hub_kernels, pick_device, resolve_model
 from grpo_edu.training.tasks import get_task
 
 
@@ -86,7 +86,8 @@ def run_trl(config=None, *, num_processes=None):
         # transformers 5 renamed TRL's gradient_checkpointing flag and warns about it at every use
         warnings.filterwarnings("ignore", r".*gradient_checkpointing.* is deprecated", FutureWarning)
         args = trl.GRPOConfig(output_dir=out, report_to=[], logging_steps=1, save_strategy="no", disable_tqdm=True,
-                              dataloader_num_workers=0, **{**kwargs, "use_cpu": pick_device(c.device).type == "cpu"})
+                              dataloader_num_workers=0, model_init_kwargs=no_hub_kernels(),  # as grpo_edu loads it
+                              **{**kwargs, "use_cpu": pick_device(c.device).type == "cpu"})
         trainer = trl.GRPOTrainer(model=resolve_model(c.model), reward_funcs=[reward], args=args,
                                   train_dataset=datasets.Dataset.from_list(task.split("train")))
         trainer.remove_callback(transformers.PrinterCallback)   # TRL's per-step dicts stay in log_history

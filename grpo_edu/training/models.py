@@ -195,6 +195,20 @@ def pick_device(device="auto"):
     return torch.device(device)
 
 
+def no_hub_kernels():
+    """``from_pretrained`` keywords that keep PyTorch's own layers: ``{"use_kernels": False}`` where transformers
+    has hub kernels, else nothing.
+
+    From transformers 5, a model loads with ``use_kernels`` on whenever the ``kernels`` package is installed (peft and
+    TRL bring it): layers are wrapped to take a kernel from the Hugging Face hub, and every ``train()`` or ``eval()``
+    kernelizes the model again. The course's models are small, on a CPU, often offline: no hub kernel serves them,
+    and the wrapping only costs time (about 0.4 ms per train/eval switch, which a step makes twice, against
+    0.09 ms without it). The layers then compute exactly what they compute without the wrapper."""
+    from transformers import PreTrainedModel
+
+    return {"use_kernels": False} if hasattr(PreTrainedModel, "set_use_kernels") else {}
+
+
 def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_remote_code=False):
     """Load (model, tokenizer) in float32 on ``device``, with a pad token set."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -209,7 +223,8 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code,
-                                                     use_safetensors=True)    # never pickle, from the hub either
+                                                     use_safetensors=True,    # never pickle, from the hub either
+                                                     **no_hub_kernels())
     except OSError as err:
         first_line = (str(err).strip().splitlines() or [""])[0]   # whole, not cut mid-URL
         _checks.fail("model", f"could not load {name_or_path!r} ({err.__class__.__name__}: {first_line})",

@@ -9,8 +9,9 @@ The check a student runs before class and an instructor runs on a JupyterHub ima
 * a notebook kernel starts and runs a line (lessons are notebooks);
 * the lessons are there (an install without its ``lessons/`` has nothing to run);
 * the bundled models load, and their weights match the checksums recorded in ``assets/CHECKSUMS.json``;
-* a 20-step training run, timed: this machine's bench step, and from it each lesson's expected time
-  (docs/lesson-times.md, scaled), against the 3-minute budget. Speed never fails the check.
+* 20 training steps of the bench's floor (the bare passes of a step), timed: this machine's bench step, and from
+  it each lesson's expected time (docs/lesson-times.md, scaled), against the 3-minute budget. Speed never fails
+  the check.
 """
 
 import hashlib
@@ -216,14 +217,14 @@ def expected_lesson_times(step_ms):
 
 
 def check_speed(steps=20, measure=None):
-    """A ``steps``-step training run, timed (one thread, as each test worker has); never fails."""
+    """``steps`` training steps of the bench's floor, timed (one thread, as each test worker has); never fails."""
     from grpo_edu.beyond.bench import step_ms
     from grpo_edu.course.testing.lesson_times import LESSON_BUDGET_S
 
     ms = (measure or step_ms)(rounds=1, steps=steps, warmup=2)
     times = expected_lesson_times(ms)
     slow = [lesson for lesson, s in times.items() if s > LESSON_BUDGET_S]
-    detail = (f"{ms:.1f} ms per training step ({steps} steps, one thread); expected lesson times: "
+    detail = (f"bench step {ms:.1f} ms ({steps} steps of the floor, one thread); expected lesson times: "
               + ", ".join(f"{lesson[:2] if lesson[2] == '_' else lesson[:3]} {s:.0f} s" for lesson, s in times.items()))
     if slow:
         detail += f". Over 3 minutes here: {', '.join(slow)} (plan extra time for them)"

@@ -2,9 +2,12 @@
 run that uses every core.
 
 The course promises that each lesson runs in at most :data:`LESSON_BUDGET_S` seconds on the
-slowest CPU seen, one whose ``grpo-edu bench`` step takes :data:`REFERENCE_STEP_MS` ms. A
+slowest CPU seen, one whose bench step (``grpo-edu bench --step-ms``) is :data:`REFERENCE_STEP_MS` ms. A
 machine whose bench step is ``s`` ms is taken to be ``REFERENCE_STEP_MS / s`` times faster, so
-a lesson that takes ``t`` seconds here takes about ``t · REFERENCE_STEP_MS / s`` there.
+a lesson that takes ``t`` seconds here takes about ``t · REFERENCE_STEP_MS / s`` there. The bench step
+times the bench's floor, the bare PyTorch passes of a step, not the course's trainer
+(``grpo_edu.beyond.bench.step_ms``): the ruler measures the machine, so a faster library shows in
+every scaled time.
 
 This module is a pytest plugin, loaded by the project's pytest configuration
 (``-p grpo_edu.course.testing.lesson_times`` in pyproject.toml). It does three things:
@@ -38,7 +41,7 @@ LESSON_BUDGET_S = 180.0
 """Each lesson, top to bottom, on the reference machine (3 minutes)."""
 
 REFERENCE_STEP_MS = 80.0
-"""``grpo-edu bench``'s step (grpo_edu, median) on the slowest 2-core CPU the course was tried on."""
+"""``grpo-edu bench --step-ms`` on the slowest 2-core CPU the course was tried on."""
 
 FAIL_FACTOR = 2.0
 """A lesson fails the run only past this many times its budget (scaled): noise cannot do that."""
