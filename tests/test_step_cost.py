@@ -128,3 +128,16 @@ def test_bench_prints_the_split_and_the_arithmetic_limit(capsys, monkeypatch, tm
     assert set(ours["parts_s"]) == set(step_cost.PARTS) and set(rnd["floor"]["parts_s"]) == set(step_cost.PARTS[:-1])
     assert sum(ours["parts_s"].values()) == pytest.approx(ours["median_step_s"], rel=0.3)
     assert 0 < ours["limit_s"] < ours["median_step_s"] and ours["limit_s"] == ours["flops"] / ours["matmul_flops_per_s"]
+
+
+def test_the_bench_times_trls_step_by_part_and_counts_the_tokens_it_sampled():
+    """TRL's child splits its step as grpo_edu's is split and counts TRL's sampled tokens from its logs (a callback
+    once defined after a return counted none: TRL's tokens/s read 0)."""
+    import time
+
+    pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
+    from grpo_edu.beyond import bench
+
+    report = bench.child_trl(time.time(), 2, 1)
+    assert report["steps"] == 2 and report["tokens_per_s"] > 0
+    assert set(report["parts_s"]) == set(step_cost.PARTS)

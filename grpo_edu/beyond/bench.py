@@ -347,6 +347,10 @@ def child_trl(t0, steps, warmup):
                 for part, value in split.items():
                     parts[part].append(value)
 
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "completions/mean_length" in logs and state.global_step > warmup:
+                marks["tokens"] += logs["completions/mean_length"] * G * B
+
     def timed(part, function):
         def wrapper(*args, **kwargs):
             start = time.perf_counter()
@@ -355,10 +359,6 @@ def child_trl(t0, steps, warmup):
             finally:
                 spent[part] = spent.get(part, 0.0) + time.perf_counter() - start
         return wrapper
-
-        def on_log(self, args, state, control, logs=None, **kw):
-            if logs and "completions/mean_length" in logs and state.global_step > warmup:
-                marks["tokens"] += logs["completions/mean_length"] * G * B
 
     def reward_addition(prompts, completions, answer, **kw):       # the task's own checker
         return task.reward(prompts, completions, answer)
