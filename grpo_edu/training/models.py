@@ -199,9 +199,9 @@ def no_hub_kernels():
     """``from_pretrained`` keywords that keep PyTorch's own layers: ``{"use_kernels": False}`` where transformers
     has hub kernels, else nothing.
 
-    From transformers 5, a model loads with ``use_kernels`` on whenever the ``kernels`` package is installed (peft and
-    TRL bring it): layers are wrapped to take a kernel from the Hugging Face hub, and every ``train()`` or ``eval()``
-    kernelizes the model again. The course's models are small, on a CPU, often offline: no hub kernel serves them,
+    From transformers 5, a model loads with ``use_kernels`` on whenever the ``kernels`` package is installed (recent
+    transformers releases depend on it): layers are wrapped to take a kernel from the Hugging Face hub, and every
+    ``train()`` or ``eval()`` kernelizes the model again. The course's models are small, on a CPU, often offline: no hub kernel serves them,
     and the wrapping only costs time (about 0.4 ms per train/eval switch, which a step makes twice, against
     0.09 ms without it). The layers then compute exactly what they compute without the wrapper."""
     from transformers import PreTrainedModel
