@@ -26,13 +26,13 @@ CHECKSUMS = "CHECKSUMS.json"
 MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks", "tiny-calc")
 CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
-REFERENCE_STEP_MS = 32.2
+REFERENCE_STEP_MS = 31.1
 REFERENCE_TIMES_S = {
-    "01_batch_step_epoch": 3.5, "02_group_advantage": 4.8, "03_zero_sigma": 3.6, "04_clipped_loss": 2.7,
-    "04b_kl_and_loss_types": 4.4, "05_toy_grpo": 36.3, "06_data_replay": 45, "07_reward_design": 20.7,
-    "08_full_grpo_run": 47.2, "09_diagnostics_clinic": 31.5, "09b_diagnostics_clinic_2": 32.7,
-    "10_graduation": 42.5, "11_long_answers": 44.9, "12_variants": 24.4, "13_family": 6.6,
-    "14_cost_of_a_step": 23.2, "15_tools": 5.4,
+    "01_batch_step_epoch": 2.7, "02_group_advantage": 5.7, "03_zero_sigma": 3.2, "04_clipped_loss": 2.9,
+    "04b_kl_and_loss_types": 4.5, "05_toy_grpo": 48.7, "06_data_replay": 50.5, "07_reward_design": 16.4,
+    "08_full_grpo_run": 38.7, "09_diagnostics_clinic": 27.9, "09b_diagnostics_clinic_2": 27.4,
+    "10_graduation": 37.7, "11_long_answers": 51.5, "12_variants": 29.8, "13_family": 6, "14_cost_of_a_step": 18.3,
+    "15_tools": 4.3,
 }
 """Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU,
 whose bench step was then REFERENCE_STEP_MS. A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
