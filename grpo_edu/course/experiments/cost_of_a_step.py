@@ -3,8 +3,9 @@
 Each function runs the real trainer (``GRPOTrainer``) and measures it with ``grpo_edu.beyond.step_cost``;
 the lesson only calls them and draws what they return.
 
-* :func:`step_costs`: a few steps of one model and sampler, split into parts (time), with the FLOPs and
-  the memory by part, and how many row-steps the sampler decoded (what the engine's dropped rows save).
+* :func:`step_costs_in_turns`: a few steps of several models, samplers or settings, taken in turns, each split
+  into parts (time), with the FLOPs and the memory by part, and how many row-steps the sampler decoded (what
+  the engine's dropped rows save); :func:`step_costs` for one of them.
 * :func:`reuse_drift`: ``num_iterations`` = μ updates per sampled batch; after each update, how far the
   policy has moved off the sampler on that batch (the share of tokens whose ratio π_θ/π_θold left
   [1 − ε, 1 + ε], and the mean |log ratio|), and the seconds per optimizer update.
@@ -39,39 +40,60 @@ def _trainer(workload, seed, **settings):
 
 
 def step_costs(workload, sampler, *, steps=3, warmup=1, seed=0, learning_rate=1e-9, **settings):
-    """``steps`` timed steps (after ``warmup``) of ``workload`` with ``sampler``, at a learning rate so small the
-    policy stays put (as the bench: every step does the same work). Returns a dict: ``seconds`` (median per
-    part, :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (median step), ``flops`` (mean per part),
+    """``steps`` timed steps (after ``warmup``) of ``workload`` with ``sampler``: :func:`step_costs_in_turns`
+    for one run."""
+    run = dict(workload=workload, sampler=sampler, **settings)
+    return step_costs_in_turns({"run": run}, steps=steps, warmup=warmup, seed=seed,
+                               learning_rate=learning_rate)["run"]
+
+
+def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
+    """For each run of ``runs`` ({key: {"workload": …, "sampler": …, other GRPOConfig fields}}): ``steps`` timed
+    steps (after ``warmup``), at a learning rate so small the policy stays put (as the bench: every step does
+    the same work). The runs take their steps in turns (a step of each, then the next step of each), so a change
+    in the host's speed falls on all of them alike, and a run's time is its fastest step (other load on the host
+    only ever adds time). Returns {key: a dict}: ``seconds`` (the fastest step's seconds per part,
+    :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (the fastest step), ``flops`` (mean per part),
     ``memory`` (bytes by part, on the last step's rows), ``decoded_rows`` (row-steps the loop computes: every
     row until the batch's longest answer ends, summed over steps) and ``answer_tokens`` (row-steps that are
     real answer tokens, what the engine computes), the mean answer length, and ``pass_flops``: one teacher-forced
     pass over the trained rows (mean per step) with each prompt read once, as the trainer's passes do
     (``"shared"``), and with every row reading its own prompt (``"unshared"``)."""
-    trainer = _trainer(workload, seed, sampler=sampler, learning_rate=learning_rate, **settings)
+    trainers = {}
+    for key, run in runs.items():
+        fields = dict(run)
+        workload = fields.pop("workload")
+        trainers[key] = _trainer(workload, seed, learning_rate=learning_rate, **fields)
     for _ in range(warmup):
-        trainer.step()
-    parts, totals, flops, decoded, answer, lengths = {p: [] for p in PARTS}, [], [], 0, 0, []
-    passes = {"shared": [], "unshared": []}
+        for trainer in trainers.values():
+            trainer.step()
+    record = {key: {"steps": [], "flops": [], "decoded": 0, "answer": 0, "lengths": [],
+                    "passes": {"shared": [], "unshared": []}} for key in runs}
     for _ in range(steps):
-        metrics, seconds, tokens = timed_step(trainer)
-        for part, value in seconds.items():
-            parts[part].append(value)
-        totals.append(sum(seconds.values()))
-        flops.append(flops_of_step(trainer, tokens))
-        for _, completions in tokens["sampled"]:
-            decoded += len(completions) * max(completions)
-            answer += sum(completions)
-        lengths.append(metrics["completion_length"])
-        prompts, completions, distinct = tokens["trained"]
-        passes["shared"].append(teacher_forced_flops(trainer.model.config, prompts, completions,
-                                                     distinct_prompt_lengths=distinct))
-        passes["unshared"].append(teacher_forced_flops(trainer.model.config, prompts, completions))
-    rollout = trainer._sample([row["prompt"] for row in trainer.batch_for(trainer.step_count)])
-    return {"seconds": {p: statistics.median(v) for p, v in parts.items()}, "step_s": statistics.median(totals),
-            "flops": {k: statistics.mean(f[k] for f in flops) for k in flops[0]},
-            "memory": memory_parts(trainer, rollout), "decoded_rows": decoded, "answer_tokens": answer,
-            "completion_length": statistics.mean(lengths),
-            "pass_flops": {k: statistics.mean(v) for k, v in passes.items()}}
+        for key, trainer in trainers.items():
+            mine = record[key]
+            metrics, seconds, tokens = timed_step(trainer)
+            mine["steps"].append(seconds)
+            mine["flops"].append(flops_of_step(trainer, tokens))
+            for _, completions in tokens["sampled"]:
+                mine["decoded"] += len(completions) * max(completions)
+                mine["answer"] += sum(completions)
+            mine["lengths"].append(metrics["completion_length"])
+            prompts, completions, distinct = tokens["trained"]
+            mine["passes"]["shared"].append(teacher_forced_flops(trainer.model.config, prompts, completions,
+                                                                 distinct_prompt_lengths=distinct))
+            mine["passes"]["unshared"].append(teacher_forced_flops(trainer.model.config, prompts, completions))
+    results = {}
+    for key, trainer in trainers.items():
+        mine = record[key]
+        fastest = min(mine["steps"], key=lambda seconds: sum(seconds.values()))
+        rollout = trainer._sample([row["prompt"] for row in trainer.batch_for(trainer.step_count)])
+        results[key] = {"seconds": {p: fastest[p] for p in PARTS}, "step_s": sum(fastest.values()),
+                        "flops": {k: statistics.mean(f[k] for f in mine["flops"]) for k in mine["flops"][0]},
+                        "memory": memory_parts(trainer, rollout), "decoded_rows": mine["decoded"],
+                        "answer_tokens": mine["answer"], "completion_length": statistics.mean(mine["lengths"]),
+                        "pass_flops": {k: statistics.mean(v) for k, v in mine["passes"].items()}}
+    return results
 
 
 @contextlib.contextmanager
@@ -114,23 +136,34 @@ def _drift_after_each_update(trainer, record, measuring=None):
 def reuse_drift(workload="sums", mus=(1, 2, 4), *, steps=2, seed=0, learning_rate=3e-4):
     """For each μ in ``mus``: ``steps`` steps of ``num_iterations`` = μ (one sampled batch, μ optimizer updates),
     at a learning rate that learns. Returns {μ: {"drift": [for each step, one {"outside_clip", "abs_log_ratio"}
-    per update], "clip_fraction": the trainer's mean over the updates of every step, "seconds_per_update": median step
-    seconds / μ, "sampling_share": the median share of a step spent sampling}}."""
-    results = {}
-    for mu in mus:
-        trainer = _trainer(workload, seed, sampler="engine", num_iterations=mu, learning_rate=learning_rate)
-        drift, steps_s, shares, clip, measuring = [], [], [], [], [0.0]
-        with _drift_after_each_update(trainer, drift, measuring):
-            for _ in range(steps):
-                measuring[0] = 0.0
+    per update], "clip_fraction": the trainer's mean over the updates of every step, "seconds_per_update": the
+    fastest step's seconds / μ, "sampling_share": the median share of a step spent sampling}}.
+
+    The μ's take their steps in turns (a step of each, then the next step of each), so a change in the host's
+    speed falls on all of them alike; and a step's time is the fastest of its ``steps`` (other load on the
+    host only ever adds time). Each trainer samples from its own seeded generator, so the turns change no
+    number but the seconds."""
+    trainers = {mu: _trainer(workload, seed, sampler="engine", num_iterations=mu, learning_rate=learning_rate)
+                for mu in mus}
+    record = {mu: {"drift": [], "measuring": [0.0], "steps_s": [], "shares": [], "clip": []} for mu in mus}
+    with contextlib.ExitStack() as open_:
+        for mu, trainer in trainers.items():
+            open_.enter_context(_drift_after_each_update(trainer, record[mu]["drift"], record[mu]["measuring"]))
+        for _ in range(steps):
+            for mu, trainer in trainers.items():
+                mine = record[mu]
+                mine["measuring"][0] = 0.0
                 metrics, seconds, _ = timed_step(trainer)
-                step_s = sum(seconds.values()) - measuring[0]                            # the drift passes left out
-                steps_s.append(step_s)
-                shares.append(seconds["sampling"] / step_s)
-                clip.append(metrics["clip_fraction"])
-        per_step = [drift[i * mu:(i + 1) * mu] for i in range(steps)]                  # μ updates per step
-        results[mu] = {"drift": per_step, "clip_fraction": statistics.mean(clip),
-                       "seconds_per_update": statistics.median(steps_s) / mu, "sampling_share": statistics.median(shares)}
+                step_s = sum(seconds.values()) - mine["measuring"][0]                  # the drift passes left out
+                mine["steps_s"].append(step_s)
+                mine["shares"].append(seconds["sampling"] / step_s)
+                mine["clip"].append(metrics["clip_fraction"])
+    results = {}
+    for mu, mine in record.items():
+        per_step = [mine["drift"][i * mu:(i + 1) * mu] for i in range(steps)]          # μ updates per step
+        results[mu] = {"drift": per_step, "clip_fraction": statistics.mean(mine["clip"]),
+                       "seconds_per_update": min(mine["steps_s"]) / mu,
+                       "sampling_share": statistics.median(mine["shares"])}
     return results
 
 
