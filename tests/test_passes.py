@@ -186,8 +186,43 @@ def test_a_frozen_copy_and_the_policy_give_the_same_log_probs_bit_for_bit(random
 
     reference = copy.deepcopy(random_model).eval().requires_grad_(False)
     policy = random_model.train()
-    for share_prompts in (True, False):
+    for share_prompts in (True, False):                      # passes free: the prompts are shared where asked
         with torch.no_grad():
-            want, _ = passes.rollout_logprobs(reference, batch, share_prompts=share_prompts)
-        got, _ = passes.rollout_logprobs(policy, batch, share_prompts=share_prompts)
+            want, _ = passes.rollout_logprobs(reference, batch, share_prompts=share_prompts, pass_cost=0)
+        got, _ = passes.rollout_logprobs(policy, batch, share_prompts=share_prompts, pass_cost=0)
         assert torch.equal(got.detach(), want), share_prompts
+
+
+def test_a_pass_costs_more_of_a_narrower_models_tokens():
+    """A pass's fixed cost is per layer and a token's work is its layer's weights: 64 tokens on lesson 11's model
+    (D = 128, I = 512: 262,144 weights a layer), 4 times as many on the adder (D = 64, I = 256: 65,536)."""
+    from transformers import LlamaConfig
+
+    from grpo_edu.training.models import bundled_model_dir, load_model_and_tokenizer, sums_model_dir
+
+    grouped = LlamaConfig(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, intermediate_size=128)
+    assert passes.layer_weights(grouped) == 64 * (8 + 2 * 2) * 8 + 8 * 8 * 64 + 3 * 64 * 128 == 34_816
+    adder, _ = load_model_and_tokenizer(str(bundled_model_dir()))
+    sums, _ = load_model_and_tokenizer(str(sums_model_dir()))
+    assert passes.layer_weights(sums.config) == 262_144 and passes.pass_cost_tokens(sums) == 64
+    assert passes.layer_weights(adder.config) == 65_536 and passes.pass_cost_tokens(adder) == 256
+
+
+def test_prompts_are_shared_only_where_that_saves_more_than_the_pass_it_adds(random_model, batch):
+    # the adder's step: 4 prompts of 7 tokens, 32 answers of 4 to 8 tokens, a pass worth 256 tokens: one plain
+    # pass (32 × 15 + 256 = 736) beats a prompt pass and the answers (256 + 4 × 6 + 32 × 8 + 256 = 792)
+    adder = [4] * 20 + [5] * 7 + [6, 7, 8, 8, 8]
+    assert passes.passes_cost([list(range(32))], [7] * 32, adder, 256) == 736
+    assert not passes.share_pays([7] * 32, adder, 4, 256)
+    # lesson 11's step: prompts of 9 and 13 tokens, answers of 4 to 42, a pass worth 64 tokens: sharing pays
+    sums = [4] * 24 + [26, 26, 40, 40, 40, 42, 42, 42]
+    assert passes.share_pays([9] * 16 + [13] * 16, sums, 4, 64)
+    # and the passes follow the decision: a pass dearer than every prompt token, one forward of every row
+    seen = _recorded_forwards(random_model)
+    with torch.no_grad():
+        _padding_free(random_model, batch, pass_cost=10_000)
+    assert seen == [tuple(batch.input_ids.shape)]
+    seen.clear()
+    with torch.no_grad():                                   # a cheap pass: the distinct prompts' forward first
+        _padding_free(random_model, batch, pass_cost=16)
+    assert seen[0][0] == 7 and len(seen) > 2

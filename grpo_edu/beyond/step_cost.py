@@ -30,6 +30,7 @@ import time
 import torch
 
 from grpo_edu.common import _checks
+from grpo_edu.training.passes import layer_weights
 
 PARTS = ("sampling", "reference", "policy", "optimizer", "other")
 """The parts of a step's time, in the order the step runs them (``other``: rewards, advantages, metrics)."""
@@ -48,11 +49,9 @@ def shape_of(config):
 
 
 def layer_weight_flops(config):
-    """FLOPs of one token through one layer's matmuls: 2 per weight (q, k, v, o; gate, up, down)."""
-    s = shape_of(config)
-    attention = s["D"] * (s["H"] + 2 * s["K"]) * s["d"] + s["H"] * s["d"] * s["D"]   # q, k, v; o
-    mlp = 3 * s["D"] * s["I"]                                                      # gate, up, down
-    return 2 * (attention + mlp)
+    """FLOPs of one token through one layer's matmuls: 2 per weight (q, k, v, o; gate, up, down:
+    ``training.passes.layer_weights``)."""
+    return 2 * layer_weights(config)
 
 
 def forward_flops(config, tokens, *, context=0, logits=None):
@@ -83,7 +82,10 @@ def step_flops(config, prompt_lengths, completion_lengths, *, num_generations, r
       tokens but the last one by one over its KV cache: the engine's work, with nothing padded;
     * reference: the same tokens, teacher-forced: each prompt read once and shared by its G answers
       (``training.passes.shared_prompt_logprobs``), each answer over its prompt's cache, so exactly the
-      sampling FLOPs (``shared_prompts=False``: every row reads its prompt again, as a plain pass does);
+      sampling FLOPs (``shared_prompts=False``: every row reads its prompt again, as a plain pass does).
+      This is the least arithmetic the tokens need; the passes share the prompt only where that also saves
+      time (``training.passes.share_pays``: on the adder one plain pass is quicker); the count is this
+      least arithmetic either way;
     * policy: the same forward plus its backward (2× the forward), ``num_iterations`` times.
     Returns {"sampling", "reference", "policy", "total"} in FLOPs.
     """
@@ -107,10 +109,10 @@ def teacher_forced_flops(config, prompt_lengths, completion_lengths, *, distinct
     """FLOPs of one teacher-forced forward over rows of ``prompt_lengths`` and ``completion_lengths`` (one each
     per row), with logits for the answers' tokens only.
 
-    With ``distinct_prompt_lengths`` (the trainer's passes, which share a prompt among the rows that repeat
-    it): each distinct prompt read once, the logits of its last token giving the first answer token, then
-    each row's answer tokens but the last over its prompt's cache. Without: each row reads its own prompt
-    and answer in one pass.
+    With ``distinct_prompt_lengths`` (the least arithmetic: a prompt shared among the rows that repeat it,
+    as the trainer's passes do where that pays): each distinct prompt read once, the logits of its last token
+    giving the first answer token, then each row's answer tokens but the last over its prompt's cache.
+    Without: each row reads its own prompt and answer in one pass.
     """
     rows = list(zip([int(n) for n in prompt_lengths], [int(n) for n in completion_lengths]))
     if distinct_prompt_lengths is None:

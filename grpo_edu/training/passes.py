@@ -20,6 +20,12 @@ And a fourth, where the rows repeat a prompt (GRPO's G answers to one question a
    The gradient of every answer flows back into its prompt's shared keys and values and adds up there, as
    it would over G copies.
 
+Every cut and the shared prompt cost one more forward pass, and on a tiny model a pass's fixed cost (the
+framework's calls, the same few dozen per layer whatever the width) is worth many tokens: one cost model
+(:func:`pass_cost_tokens`, :func:`passes_cost`) decides both, from the model's shape alone, so the same rows
+always take the same passes. On lesson 11's model (answers of 3–42 tokens) the rows are cut and the prompts
+shared; on the adder (7-token prompts, answers of 2–8) one padded pass is cheaper than either.
+
 The result has the shape, the row order and (up to float rounding) the numbers of one padded pass, and
 the gradient flows through the gathering, so the loss of the trainer's micro-batch is unchanged:
 ``tests/test_passes.py`` checks the loss and every parameter gradient against the padded pass to 1e-6.
@@ -37,8 +43,39 @@ _unshared = set()
 """Model classes whose forward gave no plain key/value cache to share (told once, then computed unshared)."""
 
 PASS_COST_TOKENS = 64
-"""What one more forward pass costs, counted in tokens of work (the per-call overhead of the ``transformers``
-forward and its backward, on the bundled models on one CPU thread, is a few ms: about 64 tokens' worth)."""
+"""What one more forward pass costs on lesson 11's model, counted in its tokens of work: the fixed cost of a
+``transformers`` forward (and its backward) on one CPU thread is a few ms, about 64 of its tokens' worth
+(a fit of time = a + b · tokens over passes of 8 to 1,792 tokens: a / b = 69 tokens forward, 52 forward and
+backward)."""
+
+PASS_COST_LAYER_WEIGHTS = 262_144
+"""The weights of one layer of lesson 11's model (D = 128, I = 512), the model :data:`PASS_COST_TOKENS` is
+measured on."""
+
+
+def layer_weights(config):
+    """The weights one token meets in one layer's matmuls (q, k, v, o; gate, up, down) of a Llama-style
+    ``config``: D·(H + 2K)·d + H·d·D + 3·D·I. None when the config does not name these sizes."""
+    try:
+        D, H, I = config.hidden_size, config.num_attention_heads, config.intermediate_size
+    except AttributeError:
+        return None
+    K = getattr(config, "num_key_value_heads", None) or H
+    d = getattr(config, "head_dim", None) or D // H
+    return D * (H + 2 * K) * d + H * d * D + 3 * D * I
+
+
+def pass_cost_tokens(model):
+    """What one more forward pass costs on ``model``, in tokens of its work.
+
+    A pass's fixed cost is per layer (the same calls whatever the layer's width), and a token's work in a layer
+    is its weights w, so a pass costs :data:`PASS_COST_TOKENS` × 262,144 / w tokens: 64 on lesson 11's model,
+    256 on the adder (w = 65,536, where the same fit gives a / b = 258 forward, 132 forward and backward).
+    It depends on the model's shape only, never on a timing, so the same rows always take the same passes
+    (and give the same digits). A model whose config names no layer sizes gets :data:`PASS_COST_TOKENS`.
+    """
+    weights = layer_weights(getattr(_transformers_model(model), "config", None))
+    return PASS_COST_TOKENS if not weights else round(PASS_COST_TOKENS * PASS_COST_LAYER_WEIGHTS / weights)
 
 
 def length_groups(prompt_lengths, answer_lengths, pass_cost=PASS_COST_TOKENS):
@@ -73,10 +110,31 @@ def length_groups(prompt_lengths, answer_lengths, pass_cost=PASS_COST_TOKENS):
     return groups[::-1]
 
 
+def passes_cost(groups, prompt_lengths, answer_lengths, pass_cost=PASS_COST_TOKENS):
+    """The cost :func:`length_groups` minimises, of these ``groups``: for each, its rows × (its longest prompt
+    + its longest answer, at least 1) tokens, plus ``pass_cost`` for its pass."""
+    return sum(len(rows) * (max(prompt_lengths[r] for r in rows) + max(1, max(answer_lengths[r] for r in rows)))
+               + pass_cost for rows in groups)
+
+
+def share_pays(prompt_lengths, answer_lengths, distinct_prompts, pass_cost=PASS_COST_TOKENS):
+    """Whether reading each of the ``distinct_prompts`` once (one more pass, over their longest prompt but one
+    token) and then the answers alone costs less than the rows with their own prompts: both by
+    :func:`passes_cost` over the best :func:`length_groups`."""
+    unshared = passes_cost(length_groups(prompt_lengths, answer_lengths, pass_cost), prompt_lengths,
+                           answer_lengths, pass_cost)
+    no_prompts = [0] * len(answer_lengths)
+    shared = (pass_cost + distinct_prompts * (max(prompt_lengths) - 1)
+              + passes_cost(length_groups(no_prompts, answer_lengths, pass_cost), no_prompts, answer_lengths,
+                            pass_cost))
+    return shared < unshared
+
+
 def answer_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
-                    with_entropy=False, entropy_grad=False, pass_cost=PASS_COST_TOKENS, share_prompts=True):
+                    with_entropy=False, entropy_grad=False, pass_cost=None, share_prompts=True):
     """``rollout.completion_logprobs`` of these rows, each computed over its own length (and each prompt
-    once, by :func:`shared_prompt_logprobs`, when some rows repeat a prompt and ``share_prompts``).
+    once, by :func:`shared_prompt_logprobs`, when some rows repeat a prompt, ``share_prompts`` and
+    :func:`share_pays`). ``pass_cost``: one more pass's cost in tokens (default :func:`pass_cost_tokens`).
 
     Takes the rows' four tensors (prompts (N, P) left-padded, answers (N, T)) and returns
     ``(logprobs, entropy)``, (N, T) each, 0 after each answer's end (``completion_mask``), in the rows'
@@ -84,14 +142,16 @@ def answer_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_m
     """
     N, T = completion_ids.shape
     P = prompt_ids.shape[1]
-    if (share_prompts and type(model) not in _unshared and not _checkpointing(model)
-            and _repeats_a_prompt(prompt_ids, prompt_mask)):
-        shared = shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                        temperature=temperature, with_entropy=with_entropy,
-                                        entropy_grad=entropy_grad, pass_cost=pass_cost)
-        if shared is not None:
-            return shared
+    pass_cost = pass_cost_tokens(model) if pass_cost is None else pass_cost
     prompt_lengths, answer_lengths = prompt_mask.sum(1).tolist(), completion_mask.sum(1).tolist()
+    if share_prompts and type(model) not in _unshared and not _checkpointing(model):
+        distinct = _distinct_prompts(prompt_ids, prompt_mask)
+        if distinct < N and share_pays(prompt_lengths, answer_lengths, distinct, pass_cost):
+            shared = shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                            temperature=temperature, with_entropy=with_entropy,
+                                            entropy_grad=entropy_grad, pass_cost=pass_cost)
+            if shared is not None:
+                return shared
     logprob_parts, entropy_parts, order = [], [], []
     for rows in length_groups(prompt_lengths, answer_lengths, pass_cost):
         p = max(prompt_lengths[r] for r in rows)          # the group's longest prompt and answer
@@ -118,9 +178,10 @@ def _in_own_order(logprob_parts, entropy_parts, order, completion_mask):
     return logprobs, entropy
 
 
-def _repeats_a_prompt(prompt_ids, prompt_mask):
-    """Whether two rows hold the same prompt (then sharing it saves a forward over its tokens)."""
-    return len({tuple(r) for r in torch.cat([prompt_ids, prompt_mask], 1).tolist()}) < prompt_ids.shape[0]
+def _distinct_prompts(prompt_ids, prompt_mask):
+    """How many distinct prompts the rows hold (fewer than the rows: sharing them saves a forward over their
+    tokens)."""
+    return len({tuple(r) for r in torch.cat([prompt_ids, prompt_mask], 1).tolist()})
 
 
 def _transformers_model(model):
@@ -154,7 +215,7 @@ def _keys_and_values(cache):
 
 
 def shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, *, temperature=1.0,
-                           with_entropy=False, entropy_grad=False, pass_cost=PASS_COST_TOKENS):
+                           with_entropy=False, entropy_grad=False, pass_cost=None):
     """:func:`answer_logprobs` with each distinct prompt read once: ``(logprobs, entropy)``, (N, T) each.
 
     1. one forward over the U distinct prompts but their last token (trimmed to the longest, p − 1 tokens)
@@ -170,6 +231,7 @@ def shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, compl
     """
     from transformers import DynamicCache
 
+    pass_cost = pass_cost_tokens(model) if pass_cost is None else pass_cost
     N, T = completion_ids.shape
     P = prompt_ids.shape[1]
     p = int(prompt_mask.sum(1).max())                                        # the longest prompt's tokens

@@ -19,6 +19,7 @@ import time
 import torch
 
 from grpo_edu.beyond.step_cost import PARTS, flops_of_step, memory_parts, teacher_forced_flops, timed_step
+from grpo_edu.training import passes
 from grpo_edu.training.config import GRPOConfig
 from grpo_edu.training.rollout import completion_logprobs
 from grpo_edu.training.trainer import GRPOTrainer
@@ -56,9 +57,11 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
     :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (the fastest step), ``flops`` (mean per part),
     ``memory`` (bytes by part, on the last step's rows), ``decoded_rows`` (row-steps the loop computes: every
     row until the batch's longest answer ends, summed over steps) and ``answer_tokens`` (row-steps that are
-    real answer tokens, what the engine computes), the mean answer length, and ``pass_flops``: one teacher-forced
-    pass over the trained rows (mean per step) with each prompt read once, as the trainer's passes do
-    (``"shared"``), and with every row reading its own prompt (``"unshared"``)."""
+    real answer tokens, what the engine computes), the mean answer length, ``pass_flops``: one teacher-forced
+    pass over the trained rows (mean per step) with each prompt read once (``"shared"``) and with every row
+    reading its own prompt (``"unshared"``), ``pass_cost_tokens`` (one more pass's cost, in the model's tokens:
+    ``training.passes.pass_cost_tokens``) and ``shared_steps``: the share of the timed steps whose passes
+    read each prompt once (``training.passes.share_pays``)."""
     trainers = {}
     for key, run in runs.items():
         fields = dict(run)
@@ -67,7 +70,7 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
     for _ in range(warmup):
         for trainer in trainers.values():
             trainer.step()
-    record = {key: {"steps": [], "flops": [], "decoded": 0, "answer": 0, "lengths": [],
+    record = {key: {"steps": [], "flops": [], "decoded": 0, "answer": 0, "lengths": [], "shared_steps": 0,
                     "passes": {"shared": [], "unshared": []}} for key in runs}
     for _ in range(steps):
         for key, trainer in trainers.items():
@@ -80,6 +83,8 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
                 mine["answer"] += sum(completions)
             mine["lengths"].append(metrics["completion_length"])
             prompts, completions, distinct = tokens["trained"]
+            mine["shared_steps"] += passes.share_pays(prompts, completions, len(distinct),
+                                                      passes.pass_cost_tokens(trainer.model))
             mine["passes"]["shared"].append(teacher_forced_flops(trainer.model.config, prompts, completions,
                                                                  distinct_prompt_lengths=distinct))
             mine["passes"]["unshared"].append(teacher_forced_flops(trainer.model.config, prompts, completions))
@@ -92,7 +97,9 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
                         "flops": {k: statistics.mean(f[k] for f in mine["flops"]) for k in mine["flops"][0]},
                         "memory": memory_parts(trainer, rollout), "decoded_rows": mine["decoded"],
                         "answer_tokens": mine["answer"], "completion_length": statistics.mean(mine["lengths"]),
-                        "pass_flops": {k: statistics.mean(v) for k, v in mine["passes"].items()}}
+                        "pass_flops": {k: statistics.mean(v) for k, v in mine["passes"].items()},
+                        "pass_cost_tokens": passes.pass_cost_tokens(trainer.model),
+                        "shared_steps": mine["shared_steps"] / steps}
     return results
 
 
