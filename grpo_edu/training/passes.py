@@ -24,7 +24,8 @@ Every cut and the shared prompt cost one more forward pass, and on a tiny model 
 framework's calls, the same few dozen per layer whatever the width) is worth many tokens: one cost model
 (:func:`pass_cost_tokens`, :func:`passes_cost`) decides both, from the model's shape alone, so the same rows
 always take the same passes. On lesson 11's model (answers of 3–42 tokens) the rows are cut and the prompts
-shared; on the adder (7-token prompts, answers of 2–8) one padded pass is cheaper than either.
+shared; on the adder's 4 prompts × 8 answers (7-token prompts, answers of 2–8) one padded pass is cheaper than
+either, and at 16 prompts × 8 sharing pays again.
 
 The result has the shape, the row order and (up to float rounding) the numbers of one padded pass, and
 the gradient flows through the gathering, so the loss of the trainer's micro-batch is unchanged:
