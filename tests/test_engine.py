@@ -138,6 +138,37 @@ def test_finished_answers_leave_the_batch(request, name, monkeypatch):
     assert rows[-1] < rows[0] <= len(lengths)
 
 
+def test_the_cache_buffers_are_kept_between_calls_and_a_large_cache_is_not(sums, monkeypatch):
+    """A training step's cache is made once and reused by the next call that fits in it (no more rows, no
+    more slots); a call with longer prompts gets a larger pair; one over ``KEPT_BUFFER_BYTES`` is made for its
+    call and leaves the kept pair alone. Answers drawn in a reused pair still equal a teacher-forced forward."""
+    from grpo_edu.training.tasks import get_task
+
+    model, tokenizer = sums
+    prompts = sorted({row["prompt"] for row in get_task("sums").split("heldout")}, key=len)
+    short, long = prompts[:8], prompts[-8:]                              # 2 terms; 6 terms
+    made = []
+    empty = torch.empty
+    monkeypatch.setattr(engine.torch, "empty", lambda *a, **k: made.append(a) or empty(*a, **k))
+    monkeypatch.setattr(engine, "_BUFFERS", engine.threading.local())
+
+    def sample(batch, G=4):
+        out = engine.generate(model, tokenizer, batch, num_generations=G, max_new_tokens=42,
+                              generator=torch.Generator().manual_seed(0))
+        torch.testing.assert_close(out.logprobs, _teacher_forced(model, out, 1.0)[0], atol=1e-5, rtol=1e-5)
+        return engine._BUFFERS.pair, len(made)
+
+    first, count = sample(short)
+    assert count >= 2
+    assert sample(short) == (first, count)
+    assert sample(short[:4]) == (first, count)                           # fewer rows fit the same pair
+    larger, more = sample(long)                                          # more slots do not
+    assert larger is not first and more > count and larger[0].shape[4] > first[0].shape[4]
+    monkeypatch.setattr(engine, "KEPT_BUFFER_BYTES", larger[0].nbytes // 2)
+    pair, most = sample(long)                                            # now too large to keep
+    assert pair is larger and most > more
+
+
 def _chi2_p(first, second, min_expected=5.0):
     """Two-sample χ² test of equal distributions over the categories of two lists; returns (p, categories).
     Categories expected fewer than ``min_expected`` times in either sample are pooled into one."""

@@ -10,9 +10,10 @@ the three things of theirs that matter at this size:
 ==============================  ============================================================
 here                            what vLLM does
 ==============================  ============================================================
-``_LlamaDecoder`` cache         a preallocated KV cache: one (rows, KV heads, positions, d)
-                                block per layer, written in place (vLLM: paged blocks the
-                                scheduler hands out, so no row reserves the whole context)
+``_LlamaDecoder`` cache         a preallocated KV cache: each row's keys and values in every
+                                layer, written in place, in buffers kept from call to call
+                                (vLLM: paged blocks the scheduler hands out, so no row
+                                reserves the whole context, in memory taken once at start-up)
 ``Decoder.keep`` after EOS      continuous batching: a finished sequence leaves the batch at
                                 once and its cache slots are freed (vLLM then fills the slot
                                 with a waiting request; here nothing waits, so the batch shrinks)
@@ -39,7 +40,9 @@ H query heads, K KV heads, d head size, D hidden size, V vocabulary.
 """
 
 import contextlib
+import math
 import sys
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +59,16 @@ CUDA_ATTENTION_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 out. cuDNN builds an execution plan for each new shape, and a decode step has a new one every time (one more
 cache slot, fewer live rows): on an H200 that planning made the engine 4.4 times slower than the loop on the GPU
 run's model, and 10 times slower than without cuDNN on the bundled sums model, the GPU idle while the CPU planned. Flash and memory-efficient attention need no plan."""
+
+_BUFFERS = threading.local()
+"""The two KV-cache buffers of the last ``generate`` call on the CPU, kept for the next call of the same model
+that needs no more rows and slots (vLLM too allocates its cache once, at start-up): on the CPU a fresh buffer
+of tens of MB costs more to map than to fill (CUDA's caching allocator reuses its blocks by itself). One pair
+per thread, of at most :data:`KEPT_BUFFER_BYTES` each: a larger cache (an evaluation's thousand rows) is made
+for its call."""
+
+KEPT_BUFFER_BYTES = 64 * 2**20
+"""The largest cache buffer kept between calls (a training step's: lesson 11's 128 rows take 29 MB)."""
 
 _told = set()
 """Model classes already named in the fallback line (it is printed once per class and process)."""
@@ -107,9 +120,11 @@ class _Weights:
 class _LlamaDecoder:
     """Llama's forward over a preallocated KV cache, with the model's own weights and nothing around them.
 
-    One decoder lives for one ``generate`` call. Its state: the cache (one tensor, (layers, 2, n, K, S, d):
-    each layer's keys and values), which cache slots each row may attend to (``visible``, (n, S): left
-    padding is hidden), each row's next RoPE position (``position``, (n,)) and how many slots are written.
+    One decoder lives for one ``generate`` call. Its state: the cache (one tensor, (n, layers, 2, K, S, d):
+    each row's keys and values in every layer), which cache slots each row may attend to (``visible``, (n, S):
+    left padding is hidden), each row's next RoPE position (``position``, (n,)) and how many slots are written.
+    The row comes first so that the live rows are the first n of a buffer: ``keep`` gathers their written
+    slots into the other of two buffers (:func:`_buffers`), so no step allocates a cache.
     """
 
     def __init__(self, model, max_new_tokens):
@@ -150,7 +165,7 @@ class _LlamaDecoder:
         queries, keys = turned[:, :H], turned[:, H:]                                   # (n, H, q, d), (n, K, q, d)
         values = qkv[:, :, H + K:].transpose(1, 2)                                     # (n, K, q, d)
         end = start + q
-        cache_k, cache_v = self.cache[i]                                               # (n, K, S, d) each
+        cache_k, cache_v = self.cache[:, i, 0], self.cache[:, i, 1]                    # (n, K, S, d) each
         cache_k[:, :, start:end] = keys                                                # write in place
         cache_v[:, :, start:end] = values
         # softmax(q·kᵀ/√d + mask)·v over every written slot; GQA: each KV head serves H/K query heads
@@ -203,8 +218,9 @@ class _LlamaDecoder:
         # under autocast (bf16 sampling) the keys come out in the autocast dtype: the cache holds that
         kind = device.type
         dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else self.embed.dtype
-        self.cache = torch.zeros(len(self.weights), 2, B, self.kv_heads, S, self.head_dim, dtype=dtype,
-                                 device=device)                                        # (layers, 2, B, K, S, d)
+        # a slot is read only after it is written (attention reads slots < start + q): no zeros needed
+        self.buffers = _buffers(B, (len(self.weights), 2, self.kv_heads, S, self.head_dim), dtype, device)
+        self.cache = self.buffers[1][:B]                                               # (B, layers, 2, K, S, d)
         self.padded = not bool(prompt_mask.all())
         self.visible = torch.ones(B, S, dtype=torch.bool, device=device)               # (B, S)
         self.visible[:, :P] = prompt_mask.bool()
@@ -220,15 +236,24 @@ class _LlamaDecoder:
 
     def repeat(self, G):
         """Copy each row's cache G times, consecutively: rows b·G … b·G + G − 1 share prompt b."""
-        self.cache = self.cache.repeat_interleave(G, 2)                                # (layers, 2, N, K, S, d)
+        B, device = self.cache.shape[0], self.cache.device
+        self.buffers = _buffers(B * G, self.cache.shape[1:], self.cache.dtype, device)
+        self.cache = self._gather(torch.arange(B, device=device).repeat_interleave(G), self.buffers[0])
         self.visible = self.visible.repeat_interleave(G, 0)                            # (N, S)
         self.position = self.position.repeat_interleave(G, 0)                          # (N,)
 
     def keep(self, rows):
         """Keep only ``rows`` (indices into the live rows): the others' cache rows are freed."""
-        self.cache = self.cache[:, :, rows]                                            # (layers, 2, n', K, S, d)
+        spare = self.buffers[1] if self.cache.data_ptr() == self.buffers[0].data_ptr() else self.buffers[0]
+        self.cache = self._gather(rows, spare)                                         # (n', layers, 2, K, S, d)
         self.visible = self.visible[rows]                                              # (n', S)
         self.position = self.position[rows]                                            # (n',)
+
+    def _gather(self, rows, buffer):
+        """Cache rows ``rows`` (their written slots) copied into the first len(rows) rows of ``buffer``."""
+        target = buffer[:len(rows)]                                                    # (n', layers, 2, K, S, d)
+        torch.index_select(self.cache[..., :self.written, :], 0, rows, out=target[..., :self.written, :])
+        return target
 
     def step(self, tokens):
         """Feed one token per live row, (n,); returns the next logits, (n, V)."""
@@ -238,6 +263,22 @@ class _LlamaDecoder:
         self.written += 1
         self.position = self.position + 1
         return logits
+
+
+def _buffers(rows, row_shape, dtype, device):
+    """Two cache buffers with at least ``rows`` rows of ``row_shape`` (layers, 2, K, S, d) and at least S slots:
+    on the CPU the last call's when they are large enough (see :data:`_BUFFERS`), else new ones."""
+    shape = (rows, *row_shape)
+    if torch.device(device).type != "cpu" or math.prod(shape) * dtype.itemsize > KEPT_BUFFER_BYTES:
+        return [torch.empty(shape, dtype=dtype, device=device) for _ in range(2)]   # CUDA reuses its blocks
+    pair = getattr(_BUFFERS, "pair", None)
+    have = pair[0].shape if pair is not None else None                              # (R, layers, 2, K, S, d)
+    fits = (have is not None and pair[0].dtype == dtype and have[1:4] == shape[1:4] and have[5] == shape[5]
+            and have[0] >= rows and have[4] >= shape[4])                            # rows and slots enough
+    if not fits:
+        _BUFFERS.pair = None                                                         # free the old pair first
+        _BUFFERS.pair = [torch.empty(shape, dtype=dtype, device=device) for _ in range(2)]
+    return _BUFFERS.pair
 
 
 class _TransformersDecoder:
