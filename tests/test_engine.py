@@ -155,7 +155,9 @@ def test_the_cache_buffers_are_kept_between_calls_and_a_large_cache_is_not(sums,
     def sample(batch, G=4):
         out = engine.generate(model, tokenizer, batch, num_generations=G, max_new_tokens=42,
                               generator=torch.Generator().manual_seed(0))
-        torch.testing.assert_close(out.logprobs, _teacher_forced(model, out, 1.0)[0], atol=1e-5, rtol=1e-5)
+        # float32 over up to 42 tokens: 1e-5 to 3e-5 apart by rounding alone, depending on the answers drawn; a cache
+        # row read from the wrong place is off by more than 0.1
+        torch.testing.assert_close(out.logprobs, _teacher_forced(model, out, 1.0)[0], atol=1e-4, rtol=1e-5)
         return engine._BUFFERS.pair, len(made)
 
     first, count = sample(short)
