@@ -12,7 +12,7 @@ import pytest
 
 from grpo_edu.course.testing.lesson_times import (BENCH_ENV, BUDGET_ENV, FAIL_FACTOR, LESSON_BUDGET_S, REFERENCE_STEP_MS,
                                           SCALED, SOLO, THREAD_VARIABLES, LessonClock, bench_step_from_env,
-                                          lesson_rows, over_budget, scaled)
+                                          lesson_rows, over_budget, scaled, time_spent)
 
 
 def test_a_machine_twice_as_fast_doubles_the_time_on_the_reference():
@@ -100,6 +100,21 @@ def test_every_core_one_thread_each_a_notebook_in_one_kernel_and_a_lesson_past_t
     assert workers[SOLO[0]] == workers[SOLO[1]]                        # the solo files one after the other
     assert "lesson times" in run.stdout and "2 workers, one thread each" in run.stdout
     assert re.search(r"01_a\s+\d", run.stdout) and re.search(r"02_b\s+\d", run.stdout)
+    # 01_a sleeps 0.5 s in a notebook; the test files take next to nothing; the clock is scaled by 80 / 0.05
+    spent = re.search(r"where the time went: [\d.]+ s of work, ([\d.]+) s in notebooks and ([\d.]+) s in test files "
+                      r"\(the largest: .*\); ([\d.]+) s on the clock, ([\d.]+) min at 80 ms", run.stdout)
+    assert spent and float(spent[1]) >= 1 and float(spent[2]) < float(spent[1]), run.stdout[-2000:]
+    assert float(spent[4]) >= float(spent[3]) * 1600 / 60 * 0.9
+
+
+def test_the_time_spent_line_sums_notebooks_and_test_files_apart_and_names_the_largest():
+    files = {"lessons/05_toy_grpo.ipynb": 30.0, "lessons/11_long_answers.ipynb": 20.0, "tests/test_site.py": 12.0,
+             "tests/test_browser.py": 40.0, "tests/test_cli.py": 5.0, "tests/test_engine.py": 2.0}
+    line = time_spent(files, wall_s=60.0, step_ms=20.0, largest=2)
+    assert line == ("where the time went: 109 s of work, 50 s in notebooks and 59 s in test files (the largest: "
+                    "test_browser.py 40 s, test_site.py 12 s); 60 s on the clock, 4.0 min at 80 ms")
+    assert time_spent({"a.ipynb": 3.0}, wall_s=4.0) == ("where the time went: 3 s of work, 3 s in notebooks and "
+                                                        "0 s in test files; 4 s on the clock")
 
 
 @pytest.mark.parametrize("serial", [["-n", "0"], ["-p", "no:xdist"]], ids=["n0", "no-xdist"])

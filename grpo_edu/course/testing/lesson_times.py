@@ -19,7 +19,9 @@ This module is a pytest plugin, loaded by the project's pytest configuration
   file's tests; the files in :data:`SOLO` (the browser test, the lesson that trains on two
   processes) share one worker, so they never race each other. ``-n 0`` or ``-p no:xdist`` runs
   everything in one process, as before.
-* **lesson times**: after the run it prints each notebook's time (the sum of its cells').
+* **lesson times**: after the run it prints each notebook's time (the sum of its cells'), and one line on
+  where the run's time went (:func:`time_spent`: notebooks against test files, the largest test files, and
+  the clock).
 * **budgets**: with ``GRPO_EDU_BENCH_MS`` set to this machine's bench step (``.ci/run`` measures
   it first), each time is also scaled to the reference machine; a lesson over its budget there
   gets a line, and one over twice its budget fails the run (a slow lesson is caught when it
@@ -31,6 +33,7 @@ This module is a pytest plugin, loaded by the project's pytest configuration
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +88,23 @@ def lesson_rows(times, step_ms=None, budget=LESSON_BUDGET_S):
                              else f"FAIL (> {FAIL_FACTOR:g}×)")
         rows.append(row)
     return rows
+
+
+def time_spent(files, wall_s, step_ms=None, largest=3):
+    """One line on where a run's time went. ``files``: {file: seconds its tests took (setup, call and
+    teardown), summed over workers}; ``wall_s``: the run's time on the clock. With the bench step, the
+    clock is also scaled to the reference machine (the README's test command has a budget there)."""
+    notebooks = sum(s for f, s in files.items() if f.endswith(".ipynb"))
+    tests = sorted(((s, Path(f).name) for f, s in files.items() if not f.endswith(".ipynb")), reverse=True)
+    in_tests = sum(s for s, _ in tests)
+    line = (f"where the time went: {notebooks + in_tests:.0f} s of work, {notebooks:.0f} s in notebooks and "
+            f"{in_tests:.0f} s in test files")
+    if tests:
+        line += " (the largest: " + ", ".join(f"{name} {s:.0f} s" for s, name in tests[:largest]) + ")"
+    line += f"; {wall_s:.0f} s on the clock"
+    if step_ms:
+        line += f", {scaled(wall_s, step_ms) / 60:.1f} min at {REFERENCE_STEP_MS:g} ms"
+    return line
 
 
 def bench_step_from_env():
@@ -215,12 +235,15 @@ class LessonClock:
     def __init__(self, step_ms, mode="enforce"):
         self.step_ms = step_ms
         self.mode = mode
-        self.times = {}
+        self.times = {}                               # notebook: its cells' seconds
+        self.files = {}                               # every file, notebooks and test files: its tests' seconds
+        self.started = time.perf_counter()
 
     def pytest_runtest_logreport(self, report):
-        notebook = report.nodeid.split("::", 1)[0]
-        if notebook.endswith(".ipynb"):
-            self.times[notebook] = self.times.get(notebook, 0.0) + report.duration
+        path = report.nodeid.split("::", 1)[0]
+        self.files[path] = self.files.get(path, 0.0) + report.duration
+        if path.endswith(".ipynb"):
+            self.times[path] = self.times.get(path, 0.0) + report.duration
 
     def lessons(self):
         return {Path(path).stem: seconds for path, seconds in self.times.items()}
@@ -242,6 +265,7 @@ class LessonClock:
         rows = lesson_rows(self.lessons(), self.step_ms)
         for line in repr(Table(rows)).splitlines():
             write("  " + line)
+        write(time_spent(self.files or self.times, time.perf_counter() - self.started, self.step_ms))
         for row in rows:
             if row.get("budget", "ok") != "ok":
                 write(f"lesson {row['lesson']} is over its share: {row[SCALED]:g} s at {REFERENCE_STEP_MS:g} ms "
