@@ -17,8 +17,10 @@ here                            what vLLM does
 ``Decoder.keep`` after EOS      continuous batching: a finished sequence leaves the batch at
                                 once and its cache slots are freed (vLLM then fills the slot
                                 with a waiting request; here nothing waits, so the batch shrinks)
-prefill once per prompt, then   parallel sampling (``n`` > 1) shares the prompt's KV blocks:
-``Decoder.repeat(G)``           the prompt is read once, its cache copied to G sequences
+prefill once per prompt, then   parallel sampling (``n`` > 1): the n samples share the
+``Decoder.repeat(G)``           prompt's full KV blocks by reference, through the prefix
+                                cache (here the prompt is read once and its cache copied
+                                to the G rows)
 ``_LlamaDecoder._layer``        the model's forward without the framework around it: one
                                 ``scaled_dot_product_attention`` call per layer (vLLM: fused
                                 paged-attention kernels and CUDA graphs)
