@@ -1,11 +1,11 @@
 """PPO's critic: a value model V(s_t) for every completion token, as a separate small model.
 
 GRPO needs no critic: the group's mean reward is its baseline. PPO as RLHF runs it (InstructGPT, verl's
-``adv_estimator=gae``, TRL's ``PPOTrainer``) learns one. We make it the way verl and TRL do: a **second
+``adv_estimator=gae``, TRL's ``PPOTrainer`` until TRL removed it in 2026) learns one. We make it the way verl and TRL did: a **second
 model**, the policy's transformer body copied at the start, with a scalar head (hidden → 1) in place of the
 language-model head. Why a second model and not a value head on the policy:
 
-* it is the production form (verl's ``critic`` worker, TRL's ``value_model``), so its cost is the cost a
+* it is the production form (verl's ``critic`` worker, TRL's former ``value_model``), so its cost is the cost a
   learner meets: a second set of weights, a second optimizer state, a second forward and backward pass
   per step. Measuring that cost is part of lesson 13 (the guide's "compute cost" row);
 * the policy's loss and the value loss never share a gradient, so there is no ``vf_coef`` weighing one
