@@ -100,6 +100,25 @@ def test_every_verl_key_is_in_verls_own_trainer_config():
             _assert_verl_has(shipped, key)
 
 
+def test_the_verl_command_uses_the_keys_verl_reads_not_its_legacy_ones():
+    """verl keeps old keys in its YAML for old configs: the top-level reward keys of legacy_reward_impl.yaml (main_ppo
+    reads reward.custom_reward_function; a top-level custom_reward_function is ignored there, so verl would score with
+    its own GSM8K reward) and actor.grad_clip (the engine clips at actor.optim.clip_grad; its optimizer config calls
+    grad_clip deprecated). None of them may be in the command."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None:
+        pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
+    yaml = pytest.importorskip("yaml")
+    legacy = yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "legacy_reward_impl.yaml").read_text())
+    from grpo_edu.beyond.word_problems import GPU_RUN
+
+    keys = [line.split("=")[0] for line in verl_command(GRPOConfig(**GPU_RUN), n_gpus=4).split(" \\\n  ")[1:]]
+    assert {"custom_reward_function", "reward_model"} <= set(legacy)
+    assert not [k for k in keys if k.split(".")[0] in legacy], keys
+    assert "actor_rollout_ref.actor.grad_clip" not in keys and "actor_rollout_ref.actor.optim.clip_grad" in keys
+    assert "reward.custom_reward_function.path" in keys and "reward.custom_reward_function.name" in keys
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_verl_gets_the_log_prob_micro_batches_its_validate_config_demands(config):
     # verl's main_ppo stops at start-up unless the rollout (and, with the KL loss, the reference
@@ -122,7 +141,7 @@ def test_the_whole_verl_command_uses_only_verls_keys_and_our_reward():
     repo = Path(__file__).parents[1]
     reward_file = repo / "grpo_edu" / "beyond" / "word_problems.py"
     assert reward_file.is_file()
-    assert f"custom_reward_function.path={reward_file.relative_to(repo).as_posix()}" in lines
+    assert f"reward.custom_reward_function.path={reward_file.relative_to(repo).as_posix()}" in lines
     # verl calls compute_score(data_source, solution_str, ground_truth): the course's reward, per answer
     assert compute_score("openai/gsm8k", "4 × 3 = 12\n#### 12", "12") == 1.2
     assert compute_score("openai/gsm8k", "12", "12") == 1.0 and compute_score("openai/gsm8k", "#### 13", "12") == 0.2
@@ -218,16 +237,16 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entrop
 
 
 def test_no_clipping_is_exported_to_verl_as_no_clipping():
-    """grpo_edu and TRL read max_grad_norm 0 as "no clipping"; verl clips at grad_clip on every update, so a
+    """grpo_edu and TRL read max_grad_norm 0 as "no clipping"; verl clips at optim.clip_grad on every update, so a
     0 there would zero every gradient."""
     pairs = dict(to_verl(GRPOConfig(max_grad_norm=0.0))[1]["pairs"])
-    assert pairs["actor_rollout_ref.actor.grad_clip"] == 1e9
-    assert dict(to_verl(GRPOConfig(max_grad_norm=0.5))[1]["pairs"])["actor_rollout_ref.actor.grad_clip"] == 0.5
+    assert pairs["actor_rollout_ref.actor.optim.clip_grad"] == 1e9
+    assert dict(to_verl(GRPOConfig(max_grad_norm=0.5))[1]["pairs"])["actor_rollout_ref.actor.optim.clip_grad"] == 0.5
     import torch
 
     w = torch.nn.Parameter(torch.ones(3))
     w.grad = torch.full((3,), 5.0)
-    torch.nn.utils.clip_grad_norm_([w], pairs["actor_rollout_ref.actor.grad_clip"])   # what verl does with it
+    torch.nn.utils.clip_grad_norm_([w], pairs["actor_rollout_ref.actor.optim.clip_grad"])   # what verl does with it
     assert torch.equal(w.grad, torch.full((3,), 5.0))
     torch.nn.utils.clip_grad_norm_([w], 0.0)                            # what 0 would have done
     assert torch.equal(w.grad, torch.zeros(3))

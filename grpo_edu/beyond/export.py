@@ -221,11 +221,12 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         ("verl aggregates the entropy like the loss (loss_agg_mode); grpo_edu and TRL take the mean per token, "
          "the same only for token-mean" + ("" if loss_agg == "token-mean" else ": this run's bonus will differ"))
         if c.entropy_coef else "no entropy bonus in GRPO")
+    # verl's engine clips at actor.optim.clip_grad (its older actor.grad_clip is still in the YAML, read by nothing)
     if c.max_grad_norm > 0:
-        put("actor_rollout_ref.actor.grad_clip", c.max_grad_norm)
+        put("actor_rollout_ref.actor.optim.clip_grad", c.max_grad_norm)
     else:
-        put("actor_rollout_ref.actor.grad_clip", 1e9,
-            "max_grad_norm 0 means no clipping in grpo_edu and TRL; verl clips at grad_clip on every update, "
+        put("actor_rollout_ref.actor.optim.clip_grad", 1e9,
+            "max_grad_norm 0 means no clipping in grpo_edu and TRL; verl clips at clip_grad on every update, "
             "so 0 would scale every gradient to 0: a huge norm turns clipping off")
     put("actor_rollout_ref.actor.optim.lr", c.learning_rate)
     put("actor_rollout_ref.actor.optim.betas", f"[{ADAM_BETAS[0]},{ADAM_BETAS[1]}]", "verl's default is (0.9, 0.999)")
@@ -264,7 +265,7 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
                                        f"{c.lora_rank}, lora_alpha={c.lora_alpha:g} and target_modules "
                                        f"({c.lora_target_modules}); check them against your verl version"))
     unmatched.append(("task / rewards", "verl reads prompts from parquet files (data.train_files) and scores them "
-                                        "with a reward function it imports (custom_reward_function.path)"))
+                                        "with a reward function it imports (reward.custom_reward_function.path)"))
     overrides = [f"{k}={_verl_value(v)}" for k, v in pairs]
     return overrides, {"why": why, "unmatched": unmatched, "pairs": pairs}
 
@@ -281,8 +282,8 @@ def verl_command(config=None, *, n_gpus=8, model_path="Qwen/Qwen2.5-0.5B-Instruc
     overrides, _ = to_verl(config, n_gpus=n_gpus, model_path=model_path)
     extra = [f"data.train_files={train_files}", f"data.val_files={val_files}",
              f"actor_rollout_ref.rollout.name={rollout_engine}",
-             f"custom_reward_function.path={reward_file}",
-             "custom_reward_function.name=compute_score", "trainer.logger=[console]"]
+             f"reward.custom_reward_function.path={reward_file}",
+             "reward.custom_reward_function.name=compute_score", "trainer.logger=[console]"]
     return "python3 -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(overrides + extra)
 
 

@@ -167,7 +167,7 @@ def generated_tokens_per_second(trainer):
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, *, format_weight=0.2):
-    """The same reward in verl's signature (``custom_reward_function.name=compute_score``): the
+    """The same reward in verl's signature (``reward.custom_reward_function.name=compute_score``): the
     final number's 0/1 plus ``format_weight`` × the format's 0/1 for one answer."""
     return (final_number_reward(None, [solution_str], [ground_truth])[0]
             + format_weight * format_reward(None, [solution_str])[0])
