@@ -85,6 +85,13 @@ def test_each_rule_finds_its_symptom_first(name):
     assert f"1. {name} (severity" in text and top.evidence["summary"] in text and top.lesson in text
 
 
+def test_an_entropy_collapse_offers_todays_remedies_as_well():
+    """Beside the temperature and beta, clip-higher (DAPO) and an entropy bonus: the remedies a collapse that came
+    from training, not from a low temperature, has left (lesson 09 §5)."""
+    fixes = [f[0] for f in diagnose(history(**SICK["entropy_collapse"]))[0].fixes]
+    assert fixes[0] == "temperature" and {"beta", "epsilon_high", "entropy_coef"} <= set(fixes)
+
+
 def test_findings_are_sorted_most_severe_first():
     findings = diagnose(history(**SICK["dead_groups_late"], **SICK["kl_runaway"], **SICK["clip_fraction_high"]))
     assert [f.name for f in findings] == ["kl_runaway", "clip_fraction_high", "dead_groups_late"]

@@ -491,7 +491,13 @@ def _entropy_collapse(log):
          "beta too small to keep it near the more varied start"],
         [("temperature", log.change("temperature", 1.2, "raise it, e.g. 1.0 → 1.2"),
           "flattens the sampling distribution (lesson 05 §4.4: τ = 1.2 keeps more entropy and fewer dead groups)"),
-         _raise_beta(log), ("total_training_steps", "stop earlier", "sharpening continues as long as the run does")],
+         _raise_beta(log),
+         ("epsilon_high", "raise it above epsilon, e.g. 0.28 (clip-higher)",
+          "lets a rare token with Â > 0 rise further before the clip stops it (DAPO; lesson 12); it acts only when "
+          "the clip does, with num_iterations > 1"),
+         ("entropy_coef", "add a small bonus, e.g. 0.01 (TRL: entropy_coef)",
+          "pays the policy for keeping its distribution spread (lesson 11); a large one slows learning"),
+         ("total_training_steps", "stop earlier", "sharpening continues as long as the run does")],
         "05_toy_grpo", 55 if lost else 35)
 
 
