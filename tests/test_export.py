@@ -76,14 +76,14 @@ def test_verl_counts_prompts_and_turns_off_its_extras():
     assert "# not matched exactly:" in text and "verl counts prompts" in text
 
 
-def _verl_trainer_config():
-    """verl's shipped default trainer config, read from the installed package's YAML."""
+def _verl_trainer_config(name="_generated_ppo_trainer.yaml"):
+    """One of verl's shipped trainer configs (default: the whole default trainer config), read from the installed
+    package's YAML."""
     spec = importlib.util.find_spec("verl")          # finds the package without importing it (no torch/ray needed)
     if spec is None:
         pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
     yaml = pytest.importorskip("yaml")
-    return yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml")
-                          .read_text())
+    return yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / name).read_text())
 
 
 def _assert_verl_has(shipped, key):
@@ -105,11 +105,7 @@ def test_the_verl_command_uses_the_keys_verl_reads_not_its_legacy_ones():
     reads reward.custom_reward_function; a top-level custom_reward_function is ignored there, so verl would score with
     its own GSM8K reward) and actor.grad_clip (the engine clips at actor.optim.clip_grad; its optimizer config calls
     grad_clip deprecated). None of them may be in the command."""
-    spec = importlib.util.find_spec("verl")
-    if spec is None:
-        pytest.skip("verl is not installed: pip install --no-deps verl (only its YAML is read)")
-    yaml = pytest.importorskip("yaml")
-    legacy = yaml.safe_load((Path(spec.origin).parent / "trainer" / "config" / "legacy_reward_impl.yaml").read_text())
+    legacy = _verl_trainer_config("legacy_reward_impl.yaml")
     from grpo_edu.beyond.word_problems import GPU_RUN
 
     keys = [line.split("=")[0] for line in verl_command(GRPOConfig(**GPU_RUN), n_gpus=4).split(" \\\n  ")[1:]]
