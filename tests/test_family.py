@@ -217,6 +217,13 @@ def test_each_method_gets_its_trainer_and_reinforce_has_no_baseline(random_model
                      "rft": "RejectionSamplingTrainer", "dpo": "DPOTrainer", "dpo_offline": "DPOTrainer"}
 
 
+def test_each_methods_progress_bar_names_the_method(random_model, char_tokenizer):
+    names = {name: make_trainer(name, _config(), model=random_model, tokenizer=char_tokenizer,
+                                train_rows=ROWS).run_name() for name in METHODS}
+    assert names == {"grpo": "GRPO", "reinforce": "GRPO (advantage_estimator=reinforce)", "ppo": "PPO",
+                     "rft": "rejection sampling", "dpo": "DPO", "dpo_offline": "offline DPO"}
+
+
 @pytest.mark.parametrize("kwargs, field", [
     ({"gamma": 1.5}, "gamma"), ({"gamma": -0.1}, "gamma"), ({"lam": 2.0}, "lam"), ({"lam": float("nan")}, "lam"),
     ({"beta": 0.0}, "beta"), ({"beta": -0.1}, "beta"), ({"cliprange_value": 0.0}, "cliprange_value"),

@@ -434,3 +434,24 @@ def test_lesson_12s_map_names_grpo_edus_own_fields_and_the_race_runs_them():
     assert not {"scale_rewards", "adv_estimator", "filter_groups"} & {n for names in named for n in names}
     for name, settings in VARIANTS.items():
         GRPOConfig.preset("sums", **{**COMMON, **settings})                       # refused up front if wrong
+
+
+def test_a_variants_progress_bar_names_what_it_changes_in_grpo(monkeypatch, random_model, char_tokenizer):
+    from grpo_edu.common import progress
+    from grpo_edu.course.experiments import variants
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    expected = {"grpo": "GRPO", "dr_grpo": "GRPO (loss_type=dr_grpo)", "dapo": "GRPO (loss_type=dapo, dynamic sampling)",
+                "gspo": "GRPO (sequence-level ratio)", "cispo": "GRPO (loss_type=cispo)",
+                "rloo": "GRPO (advantage_estimator=rloo)"}
+    for name, label in expected.items():
+        config = GRPOConfig.preset("sums", **{**variants.COMMON, **variants.VARIANTS[name], "max_completion_length": 16})
+        assert GRPOTrainer(config, model=random_model, tokenizer=char_tokenizer).run_name() == label, name
+    bars = []
+    real = progress.progress_bar
+    monkeypatch.setattr(progress, "progress_bar", lambda *a, desc, **k: bars.append(desc) or real(*a, desc=desc, **k))
+    GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0, max_completion_length=3,
+                           sampling_dtype="bfloat16", importance_sampling_correction=True),
+                model=random_model, tokenizer=char_tokenizer).train(progress=False)
+    assert bars == ["GRPO (truncated IS)"]

@@ -144,6 +144,8 @@ class PPOTrainer(_FamilyTrainer):
             5. the critic's clipped value loss on R_t       (core.gae.value_loss), its own optimizer
     """
 
+    method = "PPO"
+
     def __init__(self, config=None, *, family=None, **kwargs):
         super().__init__(config, family=family, **kwargs)
         self.critic = Critic(self.model).to(self.device)
@@ -210,6 +212,8 @@ class RejectionSamplingTrainer(_FamilyTrainer):
                nothing kept → the step is skipped and logged
     """
 
+    method = "rejection sampling"
+
     def step(self):
         t0, step = time.perf_counter(), self.step_count + 1
         with self._rerun_if_interrupted():
@@ -262,6 +266,11 @@ class DPOTrainer(_FamilyTrainer):
     ``offline=True`` samples every step's answers from π_ref: the same prompts and budget as the online
     run, and the pairs a dataset made once from the start model would hold.
     """
+
+    method = "DPO"
+
+    def run_name(self):
+        return ("offline " if self.offline else "") + super().run_name()
 
     def __init__(self, config=None, *, family=None, offline=False, **kwargs):
         super().__init__(config, family=family, **kwargs)

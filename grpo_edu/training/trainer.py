@@ -88,6 +88,8 @@ class GRPOTrainer:
     task, for prompts of your own (``grpo_edu.beyond.word_problems.WordProblems``).
     """
 
+    method = "GRPO"   # the progress bar's name; the family's trainers (training/family.py) name their own
+
     def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
                  reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None,
                  tool=None):
@@ -499,6 +501,21 @@ class GRPOTrainer:
             return record["accuracy"]
         return None
 
+    def run_name(self):
+        """What this run trains, as its progress bar names it: the method, then each setting that makes it one
+        of GRPO's variants (lesson 12), e.g. ``"GRPO (loss_type=dapo, dynamic sampling)"``."""
+        c = self.config
+        changes = [f"loss_type={c.loss_type}"] if c.loss_type != "grpo" else []
+        if c.importance_sampling_level != "token":
+            changes.append(f"{c.importance_sampling_level}-level ratio")
+        if c.advantage_estimator != "grpo":
+            changes.append(f"advantage_estimator={c.advantage_estimator}")
+        if c.dynamic_sampling:
+            changes.append("dynamic sampling")
+        if c.importance_sampling_correction:
+            changes.append("truncated IS")
+        return self.method + (f" ({', '.join(changes)})" if changes else "")
+
     def train(self, *, resume_from=None, overwrite=False, progress=True):
         """Run until the schedule ends; returns the list of per-step metrics.
 
@@ -521,7 +538,7 @@ class GRPOTrainer:
         with self._writing(overwrite=overwrite):
             if resume_from is None and not self.evals:
                 self._record_eval()
-            bar = progress_bar(self.schedule.total_steps, initial=self.step_count, disable=not progress, desc="GRPO")
+            bar = progress_bar(self.schedule.total_steps, initial=self.step_count, disable=not progress, desc=self.run_name())
             try:
                 while self.step_count < self.schedule.total_steps:
                     m = self.step()
