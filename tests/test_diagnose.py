@@ -167,8 +167,11 @@ def test_no_progress_needs_live_groups_and_a_long_enough_run():
     top = diagnose(history(**flat), config=GRPOConfig(beta=5.0))[0]
     assert top.name == "no_progress" and top.causes[0].startswith("beta = 5 is large")
     assert top.fixes[0][:2] == ("beta", "5 → 0.04 (DeepSeekMath's value)")
+    # against a large β a faster step is no cure (three times the rate lowered the adder's accuracy at β = 10)
+    assert "learning_rate" not in [field for field, *_ in top.fixes]
     low_lr = diagnose(history(**flat), config=GRPOConfig(learning_rate=1e-5))[0]
     assert low_lr.causes[0].startswith("learning_rate = 1e-5 is small")
+    assert ("learning_rate", "1e-5 → 3e-5") == low_lr.fixes[1][:2]
     # divided by σ, Â is about ±1 whatever the reward's scale: β is weighed against that, not the reward
     assert "whatever the reward's scale" in top.causes[0] and "0–1" not in top.causes[0]
     unscaled = diagnose(history(**flat), config=GRPOConfig(beta=5.0, scale="none"))[0]
