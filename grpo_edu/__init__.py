@@ -86,8 +86,9 @@ checks every import in the source):
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer
-may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``), and
-files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``).
+may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``),
+files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``),
+and every command's parsing, which refuses an empty value by name (``command_line``).
 
 ``cli/`` (over everything) — the ``grpo-edu`` command; its ``__init__`` registers every subcommand
     ``runs``            train, eval, export: run GRPO (the main job), score a model, carry a run to TRL or verl

@@ -160,10 +160,13 @@ def test_a_lesson_over_its_share_gets_a_line_and_fails_only_past_twice(factor, m
 def test_lesson_times_command_times_the_given_lessons(course, capfd):
     from grpo_edu.cli import main
 
+    marker = course / "conftest-ran"                   # a conftest.py beside the lessons is never run
+    (course / "conftest.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
     assert main(["lesson-times", str(course / "02_b.ipynb"), "--step-ms", "40", "--workers", "0"]) == 0
     out = capfd.readouterr().out
     assert "bench step here 40 ms, so ×2.00" in out
     assert re.search(r"02_b\s+[\d.]+\s+[\d.]+\s+ok", out)             # here, at 80 ms (twice), within budget
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -177,6 +180,18 @@ def test_lesson_times_command_names_a_bad_argument_before_any_work(argv, message
     with pytest.raises(SystemExit) as exit_:
         main([*argv, "--step-ms", "80"] if "--step-ms" not in argv else argv)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_lesson_times_runs_notebooks_only(course, capsys):
+    """A .py file, or a folder with no notebook, is refused by name: the command runs lessons, never other code."""
+    from grpo_edu.course.testing.lesson_times import main
+
+    (course / "empty").mkdir()
+    for given, problem in ((course / "test_plain.py", "is not a notebook"), (course / "empty", "holds no .ipynb notebook"),
+                           ("", "is empty")):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(given), "--step-ms", "80"])
+        assert exit_.value.code == 2 and problem in capsys.readouterr().err, given
 
 
 def test_a_bad_bench_step_stops_the_run_before_any_test(tmp_path):

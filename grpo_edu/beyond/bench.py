@@ -564,6 +564,8 @@ def _ratio_line(label, values, goal):
 
 
 def main(argv=None):
+    from grpo_edu.common import command_line
+
     parser = argparse.ArgumentParser(prog="grpo-edu bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="timed steps per run (default 20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
@@ -587,7 +589,7 @@ def main(argv=None):
                              "(grpo-edu lesson-times): the floor's median ms per step on one thread over the rounds, "
                              "in the units of the trainer the budgets were set with (× 1.096)")
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = command_line.parse_args(parser, argv)
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
         parser.error(f"--steps and --rounds must be ≥ 1, --warmup ≥ 0 (got --steps {args.steps}, --warmup "
                      f"{args.warmup}, --rounds {args.rounds}). Fix: e.g. --steps 20 --warmup 3 --rounds 5")

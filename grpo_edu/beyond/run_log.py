@@ -109,7 +109,9 @@ def load_run(source, *, arg="history"):
 def _read_json_or_jsonl(path, arg):
     path = Path(path)
     if not path.is_file():
-        _checks.fail(arg, f"{path} {'is a folder' if path.is_dir() else 'does not exist'}",
+        what = ("is a folder" if path.is_dir() else "is not a regular file (a device or a pipe)" if path.exists()
+                else "does not exist")
+        _checks.fail(arg, f"{path} {what}",
                      "pass a metrics file (.jsonl) or a trainer_state.json")
     try:
         text = path.read_text(encoding="utf-8")

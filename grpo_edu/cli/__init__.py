@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from grpo_edu.cli import classroom, reading, runs
+from grpo_edu.common import command_line
 from grpo_edu.cli.flags import (_apply_preset, _config_from, field_docs, first_sentence,  # noqa: F401 (the
                                 join_negative_values)                                     # command's API)
 from grpo_edu.cli.runs import MetricsFile, check_metrics_out, default_run_dir  # noqa: F401
@@ -62,6 +63,20 @@ PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu
 """Subcommands whose flags belong to their own module's parser."""
 
 
+ARGUMENT_NAMES = {"train": {"source": "--dataset", "resume_from": "--resume"},
+                  "export": {"source": "--dataset", "num_processes": "--processes", "n_gpus": "--processes"},
+                  "eval": {"num_samples": "--samples"}, "diagnose": {"history": "FILE"}, "lessons": {"target": "FOLDER"}}
+"""A library error names the function's argument; where the flag a user typed has another name, the command's
+error names the flag (a config field's error, e.g. ``batch_size:``, reads as its flag ``--batch-size`` does)."""
+
+
+def _as_typed(command, message):
+    for name, flag in ARGUMENT_NAMES.get(command, {}).items():
+        if message.startswith(f"{name}: "):
+            return f"{flag}: {message[len(name) + 2:]}"
+    return message
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"grpo-edu: warning: {message}", file=sys.stderr)
 
@@ -74,13 +89,13 @@ def main(argv=None):
         return import_module(PASS_THROUGH[argv[0]]).main(argv[1:]) or 0
     parser = build_parser()
     _apply_preset(parser, argv)
-    args = parser.parse_args(join_negative_values(argv, parser.value_flags))
+    args = command_line.parse_args(parser, join_negative_values(argv, parser.value_flags))   # "" refused too
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning      # one plain line, not a source listing
         try:
             return args.func(args)
         except ValueError as err:      # the library's checked errors: show the message, not a traceback
-            print(f"grpo-edu {args.command}: error: {err}", file=sys.stderr)
+            print(f"grpo-edu {args.command}: error: {_as_typed(args.command, str(err))}", file=sys.stderr)
             return 2
         except BrokenPipeError:        # `grpo-edu replay FILE | head`: the reader has all it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit

@@ -1,6 +1,7 @@
 """``grpo-edu lessons`` and ``check-answers``: the lessons copied into a student's folder, a class's answers read."""
 
 import os
+import shlex
 
 # --- lessons ------------------------------------------------------------------------------------
 def cmd_lessons(args):
@@ -11,7 +12,7 @@ def cmd_lessons(args):
     for path, backup in info["kept"].items():
         print(f"kept your version of {shown(path.name)} as {shown(backup.name)}")
     print(f"{len(written)} lesson(s) written to {shown(args.folder)}, {len(info['unchanged'])} already up to date. "
-          f"Open them with: jupyter lab {shown(args.folder)}")
+          f"Open them with: jupyter lab {shlex.quote(shown(args.folder))}")
     return 0
 
 
@@ -26,6 +27,10 @@ def cmd_check_answers(args):
         raise ValueError(f"notebooks: {named} not found. Fix: pass the students' .ipynb files or "
                          "the folder that holds them")
     rows, _ = read_class(args.notebooks, report=args.csv, force=args.force)   # --csv refused before any reading
+    if not rows:
+        raise ValueError(f"notebooks: no .ipynb file in {', '.join(shown(p) for p in args.notebooks)} (folders are "
+                         "searched three levels deep). Fix: pass the students' saved .ipynb files or the folder that "
+                         "holds them")
     print(format_table(rows))
     if args.csv:
         write_csv(rows, args.csv, force=args.force)

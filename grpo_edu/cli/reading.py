@@ -26,6 +26,8 @@ def cmd_diagnose(args):
         _fail("--plot", f"the folder of {args.plot} does not exist", "create it, or write the plot elsewhere")
     if args.plot and not Path(args.plot).suffix:
         args.plot += ".png"                                   # what matplotlib would write anyway: say it
+    if args.plot:
+        _check_plot_file(args.plot, overwrite=args.overwrite)
     findings = diagnose(args.path, evals=args.evals)        # every input is checked before any output
     print(f"{args.path}: {format_findings(findings)}")
     if not findings:
@@ -35,6 +37,23 @@ def cmd_diagnose(args):
         print(f"evidence plot written to {args.plot}")
     return 0
 
+
+
+def _check_plot_file(path, *, overwrite):
+    """Refuse a ``--plot`` that matplotlib cannot write (an unknown extension), or that would replace a file, or
+    write through a link, before any work; an existing plain file is replaced only with ``--overwrite``."""
+    from matplotlib.figure import Figure
+
+    kinds = Figure().canvas.get_supported_filetypes()
+    extension = Path(path).suffix.lstrip(".").lower()
+    if extension not in kinds:
+        _fail("--plot", f"matplotlib cannot write a .{extension} file", f"end the name in one of "
+              f"{', '.join('.' + k for k in sorted(kinds))}, e.g. evidence.png")
+    if Path(path).is_symlink():
+        _fail("--plot", f"{path} is a link, and writing the plot would replace the file it points to",
+              "name a new file")
+    if Path(path).exists() and not overwrite:
+        _fail("--plot", f"{path} already exists", "name a new file, or pass --overwrite to replace it")
 
 
 def add_replay(sub):
@@ -60,5 +79,7 @@ def add_diagnose(sub):
     dg.add_argument("--evals", metavar="FILE",
                     help="Held-out evaluations, a JSON or JSONL list of {\"step\", \"accuracy\"} (or a "
                          "checkpoint's trainer_state.json), to check the reward against held-out accuracy.")
-    dg.add_argument("--plot", metavar="OUT.png", help="Also draw the metrics behind the findings into this image.")
+    dg.add_argument("--plot", metavar="OUT.png", help="Also draw the metrics behind the findings into this image "
+                                                      "(a new file, or an existing one with --overwrite).")
+    dg.add_argument("--overwrite", action="store_true", help="Let --plot replace an existing image.")
     dg.set_defaults(func=cmd_diagnose)

@@ -222,6 +222,10 @@ def cmd_eval(args):
     from grpo_edu.training.models import load_model_and_tokenizer, locate_model
     from grpo_edu.training.tasks import get_task
 
+    if args.show < 0:
+        _fail("--show", f"is {args.show}", "give how many sample answers to print, 0 or more")
+    if args.seed < 0:
+        _fail("--seed", f"is {args.seed}", "give a seed of 0 or more (as grpo-edu train does)")
     task = get_task(args.task)
     rows = task.split(args.split, args.n)
     source, info = locate_model(args.model)
@@ -246,6 +250,10 @@ def add_train(sub):
                                        "score it with `grpo-edu eval --model DIR`.")
     _add_config_flags(train)
     _add_preset_flag(train)
+    for action in train._actions:               # the field's "None saves nothing" is the library's, not train's
+        if action.dest == "output_dir":
+            action.help = ("Where checkpoints and the final model go (a folder of this run's own). (default: "
+                           "runs/<timestamp>/ under the current folder; a resumed run: the folder it resumes)")
     run = train.add_argument_group("the run")
     run.add_argument("--metrics-out", metavar="FILE",
                      help="write each step's metrics as a JSON line (a resumed run writes its earlier steps too)")

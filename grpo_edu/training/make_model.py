@@ -27,6 +27,7 @@ import random
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -455,6 +456,8 @@ def main(argv=None) -> int:
 
     Writes ``--out`` only when the model's sampled accuracy lands in :data:`BAND`.
     """
+    from grpo_edu.common import command_line
+
     defaults = _option_defaults()
     parser = argparse.ArgumentParser(
         prog="python -m grpo_edu.training.make_model",
@@ -465,12 +468,25 @@ def main(argv=None) -> int:
     for name, default in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
                             help=f"default: {default}")
-    args = vars(parser.parse_args(argv))
+    args = vars(command_line.parse_args(parser, argv))
     out_dir = args.pop("out")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         print(f"error: --out: {out_dir} is a file. Fix: pass a folder.", file=sys.stderr)
         return 2
-    model, tokenizer, summary, history, timing = _warm_up(out_dir, **args, progress=True)
+    existing = Path(out_dir)
+    while not existing.exists() and existing != existing.parent:     # the folder that will hold the new one
+        existing = existing.parent
+    try:                                                               # can a folder be made there? try one
+        os.rmdir(tempfile.mkdtemp(prefix=".make-model-probe-", dir=existing))
+    except OSError as err:
+        print(f"error: --out: {out_dir} cannot be written ({err.strerror} in {existing}). Fix: pass a folder you "
+              "can write to.", file=sys.stderr)
+        return 2
+    try:
+        model, tokenizer, summary, history, timing = _warm_up(out_dir, **args, progress=True)
+    except ValueError as err:      # a setting checked before the warm-up: its message, not a traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if summary["in_band"]:
         _save_into_place(model, tokenizer, out_dir, summary, history)
     summary = _finish(summary, history, timing)

@@ -479,6 +479,9 @@ def read_file(path):
     suffix = path.suffix.lower()
     if suffix != ".jsonl" and suffix not in SQLITE_SUFFIXES:
         _checks.fail("path", f"{path} has the extension {suffix or '(none)'!r}", "pass a .jsonl, .sqlite or .db buffer file")
+    if path.exists() and not path.is_file():
+        _checks.fail("path", f"{path} is not a regular file (a folder, a device or a pipe)",
+                     "pass the .jsonl, .sqlite or .db file a ReplayBuffer(path=...) wrote")
     if not path.is_file():
         _checks.fail("path", f"no buffer file at {path}", "check the path (a buffer is written by ReplayBuffer(path=...))")
     rows, _ = _read_jsonl(path) if suffix == ".jsonl" else _read_sqlite(path)

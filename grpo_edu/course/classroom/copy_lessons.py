@@ -49,6 +49,10 @@ def copy_lessons(target, *, force=False, source=None, wait=30.0):
     if not notebooks:
         _checks.fail("source", f"holds no lesson notebooks at {shown(source)}", "reinstall the course (README)")
     target = Path(target)
+    try:
+        target.exists()
+    except OSError as err:                     # e.g. a name longer than the file system allows
+        _checks.fail("target", f"{shown(target)} cannot be a folder here ({err.strerror})", "pass a shorter name")
     if os.path.islink(target) and not target.exists():
         _checks.fail("target", f"{shown(target)} is a symbolic link to nothing ({shown(os.readlink(target))})",
                      "point the link at a folder, or pass another folder")
@@ -59,7 +63,11 @@ def copy_lessons(target, *, force=False, source=None, wait=30.0):
     if blocked is not None:
         _checks.fail("target", f"cannot write into {shown(blocked)}",
                      "pass a folder you can write, e.g. one in your home folder")
-    target.mkdir(parents=True, exist_ok=True)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as err:                     # e.g. a name too long, or a place no folder can be made (/proc)
+        _checks.fail("target", f"cannot create the folder {shown(target)} ({err.strerror})",
+                     "pass a folder you can create, e.g. ~/grpo_lessons")
     token = _lock(target, wait)
     try:
         return _update(target, notebooks, force)

@@ -247,9 +247,11 @@ def doctor(*, kernel=True, speed=True):
 def main(argv=None):
     import argparse
 
+    from grpo_edu.common import command_line
+
     parser = argparse.ArgumentParser(prog="grpo-edu doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-speed", action="store_true", help="skip the timed 20-step run")
-    args = parser.parse_args(argv)
+    args = command_line.parse_args(parser, argv)
     checks, info = doctor(speed=not args.no_speed)
     for check in checks:
         print(check.line(), flush=True)

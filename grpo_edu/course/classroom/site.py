@@ -233,12 +233,14 @@ def _absent(module):
 
 
 def main(argv=None):
+    from grpo_edu.common import command_line
+
     parser = argparse.ArgumentParser(prog="grpo-edu site", description="Build the course as a website that works "
                                      "offline: every lesson as stored (with its outputs), the docs pages and the "
                                      "glossary, with search in English and Chinese. Open OUT/index.html.")
     parser.add_argument("--out", default="site", metavar="DIR", help="a new or empty folder (default: site)")
     parser.add_argument("--jobs", type=int, default=1, metavar="INT", help="Sphinx processes (default: 1)")
-    args = parser.parse_args(argv)
+    args = command_line.parse_args(parser, argv)
     if args.jobs < 1:
         parser.error(f"--jobs: is {args.jobs}. Fix: give 1 or more")
     try:

@@ -372,6 +372,8 @@ def _check_args(parser, args):
 
 
 def main(argv=None):
+    from grpo_edu.common import command_line
+
     parser = argparse.ArgumentParser(prog="grpo-edu family", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
     parser.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
@@ -387,7 +389,7 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON (an existing file is "
                                                        "refused unless --overwrite)")
     parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
-    args = parser.parse_args(argv)
+    args = command_line.parse_args(parser, argv)
     _check_args(parser, args)
     start = time.perf_counter()
     results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True)

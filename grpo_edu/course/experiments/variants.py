@@ -410,6 +410,8 @@ def check_json_target(parser, args):
 
 
 def main(argv=None):
+    from grpo_edu.common import command_line
+
     parser = argparse.ArgumentParser(prog="grpo-edu variants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
@@ -419,7 +421,7 @@ def main(argv=None):
     parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
     parser.add_argument("--time", action="store_true",
                         help="instead of the race, time each variant's training step (seed 0, no evaluation)")
-    args = parser.parse_args(argv)
+    args = command_line.parse_args(parser, argv)
     _check_args(parser, args)
     if args.time:
         rows = step_times(args.variants, steps=args.steps or 6)

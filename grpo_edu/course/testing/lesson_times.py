@@ -293,6 +293,7 @@ def main(argv=None):
     import argparse
     import subprocess
 
+    from grpo_edu.common import command_line
     from grpo_edu.course.testing.browser import LESSONS
 
     parser = argparse.ArgumentParser(
@@ -305,10 +306,17 @@ def main(argv=None):
                         help="this machine's bench step, if already measured (default: measure it, about 40 s)")
     parser.add_argument("--workers", type=int, metavar="N",
                         help=f"lessons run side by side (default: one per CPU, here {available_cpus()})")
-    args = parser.parse_args(argv)
+    args = command_line.parse_args(parser, argv)
     missing = [p for p in args.lessons if not Path(p).exists()]
     if missing:
         parser.error(f"lessons: {', '.join(missing)} not found. Fix: name notebooks or a folder of them")
+    notebooks = []                                 # only notebooks run: never a .py file or a conftest.py beside them
+    for given in map(Path, args.lessons):
+        found = sorted(given.glob("*.ipynb")) if given.is_dir() else [given] if given.suffix == ".ipynb" else None
+        if not found:
+            parser.error(f"lessons: {given} " + ("holds no .ipynb notebook" if given.is_dir() else "is not a notebook")
+                         + ". Fix: name .ipynb notebooks or a folder of them")
+        notebooks += [str(p) for p in found]
     if args.step_ms is not None and not 0 < args.step_ms < 1e5:
         parser.error(f"--step-ms: is {args.step_ms:g}. Fix: give grpo-edu bench's step in ms, e.g. 80")
     if args.workers is not None and args.workers < 0:
@@ -325,8 +333,8 @@ def main(argv=None):
         print("measuring this machine's bench step (grpo-edu bench --step-ms: 5 rounds of 20 steps on one thread)…", flush=True)
         step = step_ms()
         print(f"bench step: {step:.1f} ms", flush=True)
-    command = [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider",
-               "-p", "grpo_edu.course.testing.lesson_times", *args.lessons]
+    command = [sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider", "--noconftest",
+               "-p", "grpo_edu.course.testing.lesson_times", *notebooks]
     if args.workers is not None:
         command += ["-n", str(args.workers)]
     env = dict(os.environ, **{BENCH_ENV: f"{step:.1f}", BUDGET_ENV: "report"})   # a measurement, not a gate
