@@ -127,11 +127,11 @@ def to_trl(config=None, *, num_processes=1):
         unmatched.append(("dynamic_sampling", "TRL's GRPOTrainer does not resample dead groups (verl's "
                                               "algorithm.filter_groups does)"))
     if c.advantage_estimator != "grpo":
+        rloo = (" (TRL has a separate RLOOTrainer; its beta subtracts β·Σ_t log(π/π_ref) from the reward, where "
+                "grpo_edu keeps the KL term in the loss)")
         unmatched.append(("advantage_estimator", f"TRL's GRPOTrainer has only the group baseline; "
                                                  f"{c.advantage_estimator!r} is verl's algorithm.adv_estimator"
-                                                 + (" (TRL has a separate RLOOTrainer; its beta subtracts β·Σ_t log(π/π_ref) from the reward, "
-                                                    "where grpo_edu keeps the KL term in the loss)" if c.advantage_estimator == "rloo"
-                                                    else "")))
+                                                 + (rloo if c.advantage_estimator == "rloo" else "")))
     if c.total_training_steps is None:
         unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
                                           "total_training_steps for an exact match"))

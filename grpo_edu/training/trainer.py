@@ -538,7 +538,8 @@ class GRPOTrainer:
         with self._writing(overwrite=overwrite):
             if resume_from is None and not self.evals:
                 self._record_eval()
-            bar = progress_bar(self.schedule.total_steps, initial=self.step_count, disable=not progress, desc=self.run_name())
+            bar = progress_bar(self.schedule.total_steps, initial=self.step_count, disable=not progress,
+                               desc=self.run_name())
             try:
                 while self.step_count < self.schedule.total_steps:
                     m = self.step()
