@@ -26,13 +26,13 @@ CHECKSUMS = "CHECKSUMS.json"
 MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks", "tiny-calc")
 CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
-REFERENCE_STEP_MS = 31.1
+REFERENCE_STEP_MS = 23.2
 REFERENCE_TIMES_S = {
-    "01_batch_step_epoch": 2.7, "02_group_advantage": 5.7, "03_zero_sigma": 3.2, "04_clipped_loss": 2.9,
-    "04b_kl_and_loss_types": 4.5, "05_toy_grpo": 48.7, "06_data_replay": 50.5, "07_reward_design": 16.4,
-    "08_full_grpo_run": 38.7, "09_diagnostics_clinic": 27.9, "09b_diagnostics_clinic_2": 27.4,
-    "10_graduation": 37.7, "11_long_answers": 51.5, "12_variants": 29.8, "13_family": 6, "14_cost_of_a_step": 18.3,
-    "15_tools": 4.3,
+    "01_batch_step_epoch": 2.1, "02_group_advantage": 3.4, "03_zero_sigma": 2.6, "04_clipped_loss": 2,
+    "04b_kl_and_loss_types": 3.4, "05_toy_grpo": 28.1, "06_data_replay": 35.2, "07_reward_design": 13.1,
+    "08_full_grpo_run": 27.9, "09_diagnostics_clinic": 21.6, "09b_diagnostics_clinic_2": 22.3,
+    "10_graduation": 30.6, "11_long_answers": 36.2, "12_variants": 20.8, "13_family": 5.5,
+    "14_cost_of_a_step": 18.1, "15_tools": 3.5,
 }
 """Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU,
 whose bench step was then REFERENCE_STEP_MS. A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
