@@ -169,6 +169,7 @@ def test_no_progress_needs_live_groups_and_a_long_enough_run():
     assert top.fixes[0][:2] == ("beta", "5 → 0.04 (DeepSeekMath's value)")
     # against a large β a faster step is no cure (three times the rate lowered the adder's accuracy at β = 10)
     assert "learning_rate" not in [field for field, *_ in top.fixes]
+    assert top.causes[1].endswith("(a cause only once beta is back near 0.04)")
     low_lr = diagnose(history(**flat), config=GRPOConfig(learning_rate=1e-5))[0]
     assert low_lr.causes[0].startswith("learning_rate = 1e-5 is small")
     assert ("learning_rate", "1e-5 → 3e-5") == low_lr.fixes[1][:2]

@@ -127,8 +127,9 @@ def to_trl(config=None, *, num_processes=1):
         unmatched.append(("dynamic_sampling", "TRL's GRPOTrainer does not resample dead groups (verl's "
                                               "algorithm.filter_groups does)"))
     if c.advantage_estimator != "grpo":
-        rloo = (" (TRL has a separate RLOOTrainer; its beta subtracts β·Σ_t log(π/π_ref) from the reward, where "
-                "grpo_edu keeps the KL term in the loss)")
+        rloo = (" (TRL has a separate RLOOTrainer, whose step differs too: its beta subtracts β·Σ_t log(π/π_ref) "
+                "from the reward where grpo_edu keeps the KL term in the loss, and it clips one ratio per answer, "
+                "exp(Σ_t log π/π_old), averaging answers without dividing by their lengths)")
         unmatched.append(("advantage_estimator", f"TRL's GRPOTrainer has only the group baseline; "
                                                  f"{c.advantage_estimator!r} is verl's algorithm.adv_estimator"
                                                  + (rloo if c.advantage_estimator == "rloo" else "")))

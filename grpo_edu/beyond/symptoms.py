@@ -297,6 +297,7 @@ def _no_progress(log):
     if large_beta:
         causes[0] = (f"beta = {_number(beta)} is large: " + _beta_against_advantages(log)
                      + ", so the policy stays at π_ref" + ("" if kl is None else f" (its KL is {kl:.3g})"))
+        causes[1] += " (a cause only once beta is back near 0.04)"
     elif _checks.is_finite_number(lr) and lr < 1e-4:
         causes.insert(0, causes.pop(1).replace("learning_rate too small", f"learning_rate = {_number(lr)} is small"))
     fixes = [("beta", f"{_number(beta)} → 0.04 (DeepSeekMath's value)" if _checks.is_finite_number(beta) and beta > 0.04
@@ -469,8 +470,8 @@ def _kl_runaway(log):
               "a reward the policy exploits by moving far (see reward_up_accuracy_down)"]
     return Finding(
         "kl_runaway", f"The KL to the reference model grew to {end:.2f} nat per token: the policy has drifted far from "
-        "where it started (in lesson 08's healthy run of the adder, β = 0.04, its 50-step means stay between 0.1 "
-        "and 0.2).",
+        "where it started (in lesson 08's healthy run of the bundled model, β = 0.04, the KL's 50-step means "
+        "were 0.1–0.2).",
         _evidence("kl", log.points(log.tail, "kl"), summary, 1.0 if severity == 70 else max(0.3, 2 * earlier)),
         causes,
         [_raise_beta(log), _lower_lr(log, 3, "smaller steps drift less")],
