@@ -77,10 +77,21 @@ def test_diagnose_never_writes_its_plot_over_a_file_or_through_a_link(in_tmp, ca
     (["--task", "multiply"], "error: task: unknown task 'multiply'. Fix:"),
     (["--out", "/proc/no-folder-can-be-made-here"], "error: --out: /proc/no-folder-can-be-made-here cannot be written"),
 ])
-def test_make_model_refuses_a_bad_setting_in_one_line(argv, message, capsys):
-    assert main(["make-model", *argv]) == 2
+def test_make_model_refuses_a_bad_setting_in_one_line(argv, message, capsys, tmp_path):
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "new")]      # not the bundled folder: it holds a model
+    assert main(["make-model", *argv, *out]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_make_model_never_replaces_a_model_unasked(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "grpo_edu_model.json").write_text("{}")
+    for argv in ([], ["--out", str(tmp_path / "mine")]):          # the bundled model (the default --out), a student's
+        assert main(["make-model", *argv]) == 2
+        err = capsys.readouterr().err
+        assert "already holds a model" in err and "or --overwrite to replace it" in err
+    assert (tmp_path / "mine" / "grpo_edu_model.json").read_text() == "{}"
 
 
 def test_lessons_names_a_folder_that_cannot_be_made(capsys):
@@ -116,3 +127,10 @@ def test_errors_name_the_flag_typed_not_the_librarys_argument(capsys):
     assert "grpo-edu eval: error: --samples: must be an integer ≥ 1" in capsys.readouterr().err
     assert main(["export", "verl", "--processes", "0"]) == 2
     assert "grpo-edu export: error: --processes: " in capsys.readouterr().err
+
+
+def test_export_uses_the_model_named_and_says_which_flags_it_cannot_carry(capsys):
+    assert main(["export", "verl", "--model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 0
+    assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct" in capsys.readouterr().out
+    assert main(["export", "trl", "--device", "cpu"]) == 0
+    assert "note: --device changes nothing in trl's settings" in capsys.readouterr().err

@@ -144,7 +144,7 @@ def test_main_writes_nothing_when_the_accuracy_misses_the_band(tmp_path, capsys)
     out = tmp_path / "m"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"the good model")
-    code = main(["--out", str(out), "--max-steps", "2", "--check-every", "1", "--eval-samples", "1"])
+    code = main(["--out", str(out), "--overwrite", "--max-steps", "2", "--check-every", "1", "--eval-samples", "1"])
     assert code == 1
     err = capsys.readouterr().err
     assert "outside" in err and "nothing was written" in err
@@ -187,7 +187,7 @@ def test_main_defaults_to_the_bundled_folder_wherever_it_runs(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(make_model, "_warm_up", stop)
     with pytest.raises(SystemExit):
-        main([])
+        main(["--overwrite"])                                     # it holds the bundled model: refused without
     assert Path(seen["out"]) == ASSET                             # not ./assets/tiny-adder under the current folder
     assert make_model._command(ASSET) == "python -m grpo_edu.training.make_model --out assets/tiny-adder"
 

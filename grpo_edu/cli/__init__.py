@@ -38,7 +38,8 @@ def build_parser():
     classroom.add_check_answers(sub)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
-    sub.add_parser("make-model", help="rebuild the bundled tiny model (grpo-edu make-model --help)")
+    sub.add_parser("make-model", help="rebuild a bundled tiny model, into a new folder or with --overwrite "
+                                      "(grpo-edu make-model --help)")
     sub.add_parser("bench", help="time the trainer against the bare PyTorch floor and TRL (grpo-edu bench --help)")
     sub.add_parser("lesson-times", help="time every lesson here and scaled to the slowest laptop, against its "
                                         "budget (grpo-edu lesson-times --help)")

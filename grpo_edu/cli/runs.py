@@ -203,15 +203,26 @@ def cmd_train(args):
 # --- export --------------------------------------------------------------------------------
 def cmd_export(args):
     from grpo_edu.beyond.export import format_export, to_trl, to_verl
+    from grpo_edu.training.config import BUNDLED_MODEL
     from grpo_edu.training.tasks import get_task, load_prompts
 
+    given = {"--device": args.device != "auto", "--output-dir": args.output_dir is not None}
+    unused = [flag for flag, was_given in given.items() if was_given]
+    if unused:                                     # accepted (train takes them) but nothing to export
+        verb = "changes" if len(unused) == 1 else "change"
+        print(f"grpo-edu export: note: {' and '.join(unused)} {verb} nothing in {args.target}'s settings: the "
+              f"device and the output folder are {args.target}'s own to set", file=sys.stderr)
     if args.output_dir is None:                    # the same defaults and checks as train, so that what
         args.output_dir = default_run_dir()        # train accepts exports, and what it refuses does not
     config = _config_from(args)
     check_dataset(config.dataset)
     rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
     config.schedule(len(rows))                     # e.g. a batch larger than the dataset
-    result = to_trl(config, num_processes=args.processes) if args.target == "trl" else to_verl(config, n_gpus=args.processes)
+    if args.target == "trl":
+        result = to_trl(config, num_processes=args.processes)
+    else:                                          # a model named with --model is verl's model.path
+        model_path = {} if config.model == BUNDLED_MODEL else {"model_path": config.model}
+        result = to_verl(config, n_gpus=args.processes, **model_path)
     print(format_export(result, args.target))
     return 0
 

@@ -464,14 +464,22 @@ def main(argv=None) -> int:
         description="Warm up the tiny Llama on a task and save it for GRPO; nothing is written unless its "
                     f"held-out sampled accuracy lands in {BAND}.")
     parser.add_argument("--out", default=DEFAULT_OUT,
-                        help="output directory (default: the bundled model's folder, assets/tiny-adder)")
+                        help="output directory (default: the bundled model's folder, assets/tiny-adder, which "
+                             "needs --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let the new model replace one already in --out (the bundled one, to rebuild it in place)")
     for name, default in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
                             help=f"default: {default}")
     args = vars(command_line.parse_args(parser, argv))
-    out_dir = args.pop("out")
+    out_dir, overwrite = args.pop("out"), args.pop("overwrite")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         print(f"error: --out: {out_dir} is a file. Fix: pass a folder.", file=sys.stderr)
+        return 2
+    held = [name for name in ("model.safetensors", "grpo_edu_model.json") if os.path.exists(os.path.join(out_dir, name))]
+    if held and not overwrite:                   # a model someone keeps: the bundled one, or a student's
+        print(f"error: --out: {out_dir} already holds a model ({held[0]}). Fix: pass a new folder (and compare), or "
+              "--overwrite to replace it.", file=sys.stderr)
         return 2
     existing = Path(out_dir)
     while not existing.exists() and existing != existing.parent:     # the folder that will hold the new one
