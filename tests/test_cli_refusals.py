@@ -62,7 +62,7 @@ def test_diagnose_never_writes_its_plot_over_a_file_or_through_a_link(in_tmp, ca
     (in_tmp / "link.png").symlink_to(precious)
     (in_tmp / "old.png").write_bytes(b"an older plot")
     for argv, problem in ((["--plot", "link.png"], "link.png is a link"),
-                          (["--plot", "old.png"], "old.png already exists. Fix: name a new file, or pass --overwrite"),
+                          (["--plot", "old.png"], "--plot: old.png already exists"),
                           (["--plot", "out.xyz"], "--plot: matplotlib cannot write a .xyz file")):
         assert main(["diagnose", str(STATE), *argv]) == 2
         captured = capsys.readouterr()

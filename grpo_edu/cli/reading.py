@@ -40,9 +40,12 @@ def cmd_diagnose(args):
 
 
 def _check_plot_file(path, *, overwrite):
-    """Refuse a ``--plot`` that matplotlib cannot write (an unknown extension), or that would replace a file, or
-    write through a link, before any work; an existing plain file is replaced only with ``--overwrite``."""
+    """Refuse a ``--plot`` that matplotlib cannot write (an unknown extension), or that would write through a
+    link, or that cannot be written or would replace a file (``output_file_problem``, as for every command's
+    result file), before any work; an existing plain file is replaced only with ``--overwrite``."""
     from matplotlib.figure import Figure
+
+    from grpo_edu.common import _checks
 
     kinds = Figure().canvas.get_supported_filetypes()
     extension = Path(path).suffix.lstrip(".").lower()
@@ -52,8 +55,9 @@ def _check_plot_file(path, *, overwrite):
     if Path(path).is_symlink():
         _fail("--plot", f"{path} is a link, and writing the plot would replace the file it points to",
               "name a new file")
-    if Path(path).exists() and not overwrite:
-        _fail("--plot", f"{path} already exists", "name a new file, or pass --overwrite to replace it")
+    problem = _checks.output_file_problem(path, overwrite=overwrite)
+    if problem:
+        _fail("--plot", *problem)
 
 
 def add_replay(sub):

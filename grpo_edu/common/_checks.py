@@ -63,11 +63,21 @@ def is_torch(x):
 def unwritable_folder(folder):
     """What stops ``folder`` from being created or written into, or None when nothing does: the
     nearest of ``folder`` and the folders above it that exists (missing ones below it are
-    created later), when it is not a writable folder."""
+    created later), when it is not a writable folder. It is tried, not asked: a folder is made
+    in it and removed, because permission bits do not tell (root passes every ``os.access``, and
+    no folder can be made under /proc)."""
+    import tempfile
+
     folder = Path(folder)
     while not folder.exists():
         folder = folder.parent
-    return None if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK) else folder
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        return folder
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".grpo-edu-probe-", dir=folder))
+    except OSError:
+        return folder
+    return None
 
 
 def output_file_problem(path, *, overwrite=False, flag="--overwrite"):

@@ -27,11 +27,10 @@ import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from grpo_edu.common._checks import choice, fail, positive_float, positive_int
+from grpo_edu.common._checks import choice, fail, positive_float, positive_int, unwritable_folder
 from grpo_edu.training.evaluation import evaluate_accuracy, sample_completions
 
 RECIPE_SAMPLER = "loop"
@@ -481,14 +480,10 @@ def main(argv=None) -> int:
         print(f"error: --out: {out_dir} already holds a model ({held[0]}). Fix: pass a new folder (and compare), or "
               "--overwrite to replace it.", file=sys.stderr)
         return 2
-    existing = Path(out_dir)
-    while not existing.exists() and existing != existing.parent:     # the folder that will hold the new one
-        existing = existing.parent
-    try:                                                               # can a folder be made there? try one
-        os.rmdir(tempfile.mkdtemp(prefix=".make-model-probe-", dir=existing))
-    except OSError as err:
-        print(f"error: --out: {out_dir} cannot be written ({err.strerror} in {existing}). Fix: pass a folder you "
-              "can write to.", file=sys.stderr)
+    blocked = unwritable_folder(out_dir)
+    if blocked is not None:
+        print(f"error: --out: {out_dir} cannot be written (nothing can be created in {blocked}). Fix: pass a folder "
+              "you can write to.", file=sys.stderr)
         return 2
     try:
         model, tokenizer, summary, history, timing = _warm_up(out_dir, **args, progress=True)

@@ -63,11 +63,7 @@ def copy_lessons(target, *, force=False, source=None, wait=30.0):
     if blocked is not None:
         _checks.fail("target", f"cannot write into {shown(blocked)}",
                      "pass a folder you can write, e.g. one in your home folder")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as err:                     # e.g. a name too long, or a place no folder can be made (/proc)
-        _checks.fail("target", f"cannot create the folder {shown(target)} ({err.strerror})",
-                     "pass a folder you can create, e.g. ~/grpo_lessons")
+    target.mkdir(parents=True, exist_ok=True)
     token = _lock(target, wait)
     try:
         return _update(target, notebooks, force)
