@@ -47,15 +47,9 @@ def test_a_file_in_place_of_the_folder_is_refused(tmp_path):
             copy_lessons(tmp_path / "pipe")
 
 
-def test_a_copied_lesson_runs_from_the_students_folder(tmp_path):
-    copy_lessons(tmp_path)
-    lesson = tmp_path / "01_batch_step_epoch.ipynb"
-    run = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
-                          "--output", str(tmp_path / "ran.ipynb"), str(lesson)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    outputs = [o for c in json.loads((tmp_path / "ran.ipynb").read_text())["cells"] for o in c.get("outputs", [])]
-    assert outputs and not any(o["output_type"] == "error" for o in outputs)
+# A copied lesson running from a student's folder is .ci/run's wheel phase: it installs the wheel, copies the
+# lessons out with `grpo-edu lessons class` and runs lessons 01 and 05 there under nbval. A test here would run
+# lesson 01 a second time in the same command.
 
 
 # --- nothing lost: every path grpo-edu lessons touches (issue 35) ---------------------------------

@@ -367,20 +367,15 @@ def real_run(**config):
     return trainer
 
 
-def test_the_default_run_is_healthy_and_its_checkpoint_reads_back(tmp_path):
-    trainer = real_run(total_training_steps=60, output_dir=str(tmp_path / "run"))
-    assert diagnose(trainer.history, config=trainer.config) == [], format_findings(diagnose(trainer.history))
-    state = tmp_path / "run" / "checkpoint-000060" / "trainer_state.json"
+# The clinic's real runs (the healthy run finds nothing, lr 3e-3 → reward_collapse, G = 2 → few_live_groups,
+# β = 10 → no_progress) are checked by lessons 09 and 09b, whose check_claim cells run them under the same test
+# command: a test file does not train them again. What only a test checks stays here.
+def test_a_runs_checkpoint_reads_back_as_the_run_it_holds(tmp_path):
+    trainer = real_run(total_training_steps=8, output_dir=str(tmp_path / "run"))
+    state = tmp_path / "run" / "checkpoint-000008" / "trainer_state.json"
     rows, evals, config = load_run(state)
     assert rows == json.loads(json.dumps(trainer.history)) and config == trainer.config.to_dict()
-    assert diagnose(state) == []
-
-
-def test_a_learning_rate_of_2e_3_collapses():
-    trainer = real_run(total_training_steps=40, learning_rate=2e-3)
-    findings = diagnose(trainer.history, config=trainer.config)
-    assert first(findings) == "reward_collapse", format_findings(findings)
-    assert findings[0].fixes[0][:2] == ("learning_rate", "2e-3 → 2e-4")
+    assert diagnose(state) == diagnose(trainer.history, config=trainer.config)
 
 
 def test_a_constant_reward_gives_no_signal():
@@ -389,15 +384,6 @@ def test_a_constant_reward_gives_no_signal():
     findings = diagnose(trainer.history)
     assert first(findings) == "no_reward_signal", format_findings(findings)
     assert "<lambda> returned the same mean reward on every step" in findings[0].causes[0]
-
-
-def test_a_beta_of_10_makes_no_progress_and_G_2_leaves_half_the_groups_dead():
-    stuck = real_run(total_training_steps=60, beta=10.0)
-    findings = diagnose(stuck.history, config=stuck.config)
-    assert first(findings) == "no_progress", format_findings(findings)
-    small_G = real_run(total_training_steps=60, num_generations=2)
-    findings = diagnose(small_G.history, config=small_G.config)
-    assert first(findings) == "few_live_groups", format_findings(findings)
 
 
 def test_subtraction_on_the_addition_model_is_never_paid():
