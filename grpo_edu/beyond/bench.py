@@ -96,6 +96,7 @@ def _matmul_limit(report, config, rows, tokens):
 
 def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
     """``GRPOTrainer.step()``, each step split into its parts (``step_cost.timed_step``) and its FLOPs counted."""
+    from grpo_edu.beyond import roofline
     from grpo_edu.beyond.step_cost import PARTS, flops_of_step, timed_step
     from grpo_edu.training.config import GRPOConfig
     from grpo_edu.training.trainer import GRPOTrainer
@@ -107,6 +108,7 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
                                      total_training_steps=total, eval_size=0))
     times, tokens, first_end = [], 0, None
     parts, flops, lengths = {part: [] for part in PARTS}, [], []
+    by_part = {"flops": [], "bytes": []}                  # the roofline's numbers, one dict a timed step
     for i in range(total):
         start = time.perf_counter()
         m, seconds, step_tokens = timed_step(trainer)
@@ -118,11 +120,22 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
             tokens += m["completion_length"] * settings["batch_size"] * settings["num_generations"]
             for part, value in seconds.items():
                 parts[part].append(value)
-            flops.append(flops_of_step(trainer, step_tokens)["total"])
+            step_flops = flops_of_step(trainer, step_tokens)
+            flops.append(step_flops["total"])
+            trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+            by_part["flops"].append({**step_flops, "optimizer": trainer.config.num_iterations
+                                     * roofline.optimizer_flops(trainable)})
+            by_part["bytes"].append(roofline.bytes_of_step(trainer, step_tokens))
             lengths.append(max(p + c for p, c in zip(*step_tokens["trained"][:2])))
     report = _report(name, t0, times, tokens, first_end, parts, flops)
     rows = settings["batch_size"] * settings["num_generations"]
-    return _matmul_limit(report, trainer.model.config, rows, int(statistics.median(lengths)))
+    report = _matmul_limit(report, trainer.model.config, rows, int(statistics.median(lengths)))
+    # the roofline: each part's FLOPs and bytes (medians over the timed steps), and this core's copy bandwidth
+    # on a buffer the size of the weights a decode step reads
+    report["roofline"] = {kind: {part: statistics.median(step[part] for step in steps_)
+                                 for part in roofline.PARTS} for kind, steps_ in by_part.items()}
+    report["roofline"]["bytes_per_s"] = roofline.memory_bandwidth(4 * roofline.weight_count(trainer.model.config))
+    return report
 
 
 # --- replay (grpo-edu bench --replay) ---------------------------------------------------------
@@ -555,6 +568,39 @@ def print_parts(rounds, names):
         print(f"{name:10} " + " ".join(f"{c:10.1f}" for c in cells) + f" {step:10.1f}")
     limit = statistics.median(rnd["grpo_edu"]["limit_s"] for rnd in rounds) * 1000
     print(f"{'limit':10} {limit:10.2f} ms: grpo_edu's step's FLOPs at this core's matmul throughput")
+    print_roofline(rounds)
+
+
+def roofline_of(rounds):
+    """grpo_edu's roofline from the rounds (``roofline.roofline``'s ``(table, info)``): each part's FLOPs and
+    bytes, this core's matmul rate and copy bandwidth, and each part's measured time, medians over the rounds."""
+    from grpo_edu.beyond import roofline
+
+    runs = [rnd["grpo_edu"] for rnd in rounds]
+
+    def med(get):
+        return statistics.median(get(run) for run in runs)
+
+    parts = roofline.PARTS
+    return roofline.roofline({p: med(lambda r: r["roofline"]["flops"][p]) for p in parts},
+                             {p: med(lambda r: r["roofline"]["bytes"][p]) for p in parts},
+                             flops_per_s=med(lambda r: r["matmul_flops_per_s"]),
+                             bytes_per_s=med(lambda r: r["roofline"]["bytes_per_s"]),
+                             seconds={p: med(lambda r: r["parts_s"][p]) for p in parts})
+
+
+def print_roofline(rounds):
+    """The roofline of grpo_edu's step: per part, which roof binds (FLOPs at the matmul rate, or bytes at the
+    copy bandwidth) and how many times that limit the part took (``grpo_edu.beyond.roofline``)."""
+    from grpo_edu.beyond import roofline
+
+    table, info = roofline_of(rounds)
+    runs = [rnd["grpo_edu"] for rnd in rounds]
+    rate = statistics.median(r["matmul_flops_per_s"] for r in runs)
+    bandwidth = statistics.median(r["roofline"]["bytes_per_s"] for r in runs)
+    print(f"\nthe roofline of grpo_edu's step (medians over {len(rounds)} rounds): a part takes at least "
+          f"max(FLOPs / {rate / 1e9:.1f} GFLOP/s, bytes / {bandwidth / 1e9:.1f} GB/s)")
+    print(roofline.format_roofline(table, info))
 
 
 def _ratio_line(label, values, goal):
@@ -665,6 +711,9 @@ def main(argv=None):
                                                             for rnd in rounds],
                       f"the step's {med('grpo_edu', 'flops') / 1e9:.2f} GFLOP at "
                       f"{med('grpo_edu', 'matmul_flops_per_s') / 1e9:.1f} GFLOP/s, this core's matmul"))
+    table, _ = roofline_of(rounds)
+    print("grpo_edu / roofline limit     " + ", ".join(f"{part} {row['times_limit']:.1f}× ({row['binds']})"
+                                                        for part, row in table.items()))
     print(f"start → first step (grpo_edu): median {med('grpo_edu', 'first_step_s'):.2f} s")
     if args.json:
         from grpo_edu.common import _checks
