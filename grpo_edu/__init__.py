@@ -53,6 +53,7 @@ checks every import in the source):
     ``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
     ``bench``           ``grpo-edu bench``: a step's time against the bare floor and TRL
     ``step_cost``       a step's FLOPs, the time of each part, the memory of each part (lesson 14, the bench)
+    ``roofline``        each part's bytes beside its FLOPs, and which of the two limits binds (the bench)
     ``gpu_run``         the GPU run that needs no network: build, GRPO, TRL (tiny on a CPU)
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
     ``trl_tools``       the tool settings in TRL's terms: a tool function, max_tool_calling_iterations, a rollout_func
