@@ -80,3 +80,18 @@ def test_the_bench_reads_its_roofline_from_the_rounds_medians():
     assert info["ridge_flops_per_byte"] == 20.0
     assert table["sampling"]["binds"] == "compute" and table["sampling"]["limit_s"] == 2.0
     assert table["policy"]["binds"] == "memory" and table["policy"]["times_limit"] == 4.0
+
+
+def test_the_chart_draws_a_roof_per_machine_and_places_each_part():
+    from grpo_edu.course import viz
+
+    table, info = roofline.roofline({"sampling": 100.0, "optimizer": 10.0}, {"sampling": 10.0, "optimizer": 40.0},
+                                    flops_per_s=10.0, bytes_per_s=2.0, seconds={"sampling": 30.0})
+    fig = viz.roofline_chart({"a": (table, info, 10.0), "b": (table, info, 20.0)})
+    ax = fig.axes[0]
+    roofs = [line for line in ax.get_lines() if len(line.get_xdata()) > 2]
+    assert len(roofs) == 2 and max(roofs[0].get_ydata()) == 10.0 and max(roofs[1].get_ydata()) == 20.0
+    # each machine: two limits on the roof (hollow) and one measured point (sampling's 100 FLOPs in 30 s)
+    points = [(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in ax.get_lines()
+              if len(line.get_xdata()) == 1]
+    assert (10.0, 100.0 / 30.0) in points and (10.0, 10.0) in points and (0.25, 0.5) in points

@@ -348,7 +348,7 @@ def group_table(prompts, answers, completions, rewards, advantages):
 # the figures of training runs (lessons 05–12) live in viz_runs.py; a lesson reaches them here too, as viz.training_curves, ...
 from grpo_edu.course.aids.viz_runs import (  # noqa: E402,F401
     LivePlot, training_curves, compare_runs, buffer_table, forgetting_curves,
-    mix_bar, memory_bars, token_entropy, length_histograms,
+    mix_bar, memory_bars, roofline_chart, token_entropy, length_histograms,
     token_push_rows, pass_at_k_curves, variant_weights, race_curves,
     paired_differences, CURVES, WEIGHT_VARIANTS,
 )

@@ -249,6 +249,44 @@ def memory_bars(rows, ax=None):
     return fig
 
 
+def roofline_chart(machines, ax=None):
+    """The roofline (Williams et al. 2009) of one or more machines, with a step's parts placed on it.
+
+    ``machines``: {name: (table, info, flops_per_s)} where ``(table, info)`` is ``beyond.roofline.roofline``'s
+    answer and ``flops_per_s`` the machine's matmul rate F. Each machine's roof: attainable FLOP/s =
+    min(F, I·W) over arithmetic intensity I (FLOPs per byte), with W = F / ridge. Each part sits at its
+    intensity: a filled marker at the rate its measured time gives (where the table holds one), a hollow one
+    on the roof (its limit)."""
+    fig, ax = axes_or_new(ax, (8.0, 4.6))
+    markers = {"sampling": "o", "reference": "s", "policy": "D", "optimizer": "^"}
+    intensities = [row["intensity"] for table, _, _ in machines.values() for row in table.values() if row["flops"]]
+    low, high = min(intensities + [0.1]) / 3, max(intensities + [1e3]) * 3
+    x = np.geomspace(low, high, 200)
+    for (name, (table, info, rate)), color in zip(machines.items(), (BLUE, ORANGE, GREEN, RED)):
+        bandwidth = rate / info["ridge_flops_per_byte"]
+        ax.plot(x, np.minimum(rate, x * bandwidth), color=color, lw=2,
+                label=f"{name}: {rate / 1e9:,.0f} GFLOP/s, {bandwidth / 1e9:,.0f} GB/s")
+        for part, row in table.items():
+            if not row["flops"]:
+                continue
+            ax.plot(row["intensity"], row["flops"] / row["limit_s"], markers.get(part, "o"), color=color,
+                    mfc="none", ms=8)
+            if "seconds" in row and row["seconds"] > 0:
+                ax.plot(row["intensity"], row["flops"] / row["seconds"], markers.get(part, "o"), color=color, ms=7)
+                ax.annotate(part, (row["intensity"], row["flops"] / row["seconds"]), fontsize=7,
+                            xytext=(4, -10), textcoords="offset points")
+            else:
+                ax.annotate(part, (row["intensity"], row["flops"] / row["limit_s"]), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("FLOP/s")
+    ax.set_title("hollow: a part's limit on the roof; filled: the rate its measured time gives", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
 def token_entropy(tokens, entropy, *, title=None, ax=None):
     """Bars: the entropy H(π(·|q, o_<t)) the model had before writing each token of one answer (lesson 11).
 
