@@ -228,7 +228,8 @@ def find_notebooks(paths):
 def check_report(report, notebooks, *, force=False):
     """Refuse a ``--csv`` report that would destroy something, before any notebook is read: one of
     ``notebooks`` (by any path, link or hard link), a link, a folder, a FIFO or device, an existing
-    file without ``force``, a read-only file, or a folder that is missing or cannot be written."""
+    file without ``force``, a read-only file, or a folder that is missing or cannot be written (tried with a
+    probe file, ``_checks.can_create_file_in``: root passes every permission check, and /proc takes no file)."""
     name = shown(report)
     if os.path.exists(report):
         st = os.stat(report)
@@ -253,7 +254,7 @@ def check_report(report, notebooks, *, force=False):
     if not os.path.isdir(folder):
         _checks.fail("--csv", f"the folder {shown(folder)} does not exist", "create it first, or name a file in a "
                      "folder that exists")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK) or not _checks.can_create_file_in(folder):   # tried: root passes
         _checks.fail("--csv", f"cannot write into the folder {shown(folder)}", "name a file in a folder you can write")
 
 
