@@ -205,6 +205,37 @@ def test_bench_prints_the_split_and_the_arithmetic_limit(capsys, monkeypatch, tm
     assert 0 < ours["limit_s"] < ours["median_step_s"] and ours["limit_s"] == ours["flops"] / ours["matmul_flops_per_s"]
 
 
+@pytest.mark.parametrize("no_trl", [True, False])
+def test_a_trl_that_fails_to_import_never_stops_the_bench(no_trl, capsys, monkeypatch, tmp_path):
+    """B21: a TRL built for another transformers raises AttributeError on import, not ImportError: --no-trl must
+    not import it at all, and without --no-trl the bench names it and runs the rest."""
+    import sys
+
+    from grpo_edu.beyond import bench
+    from grpo_edu.cli import main
+
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "__init__.py").write_text("raise AttributeError('simulated: a TRL built for another "
+                                                  "transformers')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "trl" or m.startswith("trl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    ran = []
+    fake = {"median_step_s": 1.0, "tokens_per_s": 1.0, "first_step_s": 1.0, "peak_rss_mib": 1.0, "limit_s": 0.5,
+            "flops": 1e9, "matmul_flops_per_s": 2e9, "parts_s": dict.fromkeys(step_cost.PARTS, 0.2)}
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, **kw: ran.append(name) or fake)
+    argv = ["bench", "--steps", "1", "--warmup", "0", "--rounds", "1"] + (["--no-trl"] if no_trl else [])
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert ran == ["grpo_edu", "floor"]
+    if no_trl:
+        assert "trl" not in sys.modules and "TRL" not in out                 # never imported
+    else:
+        assert ("trl is installed but its import fails (AttributeError: simulated: a TRL built for another "
+                "transformers; often a TRL built for another transformers: pip install -U trl transformers): "
+                "skipping the TRL comparison") in out
+
+
 def test_the_bench_times_trls_step_by_part_and_counts_the_tokens_it_sampled():
     """TRL's child splits its step as grpo_edu's is split and counts TRL's sampled tokens from its logs (a callback
     once defined after a return counted none: TRL's tokens/s read 0)."""
