@@ -353,3 +353,17 @@ def test_a_folder_that_cannot_be_opened_is_named(tmp_path):
         assert f"{tmp_path / 'class' / 'bo'}: a folder that cannot be opened (Permission denied)" in run.stdout
     finally:
         (tmp_path / "class" / "bo").chmod(0o755)
+
+
+def test_a_link_that_loops_in_the_class_folder_is_named_and_the_rest_counted(tmp_path, capsys):
+    """CA15: one symlink loop (loopdir → loopdir2 → loopdir) stopped the whole report with an OSError."""
+    _answered(tmp_path / "class" / "alice")
+    (tmp_path / "class" / "loopdir").symlink_to(tmp_path / "class" / "loopdir2")
+    (tmp_path / "class" / "loopdir2").symlink_to(tmp_path / "class" / "loopdir")
+    (tmp_path / "class" / "gone.ipynb").symlink_to(tmp_path / "nowhere.ipynb")
+    assert main(["check-answers", str(tmp_path / "class")]) == 0
+    out = capsys.readouterr().out
+    assert "lesson 07: 1 notebook(s)" in out and "alice/ana" in out
+    for name in ("loopdir", "loopdir2"):
+        assert f"{tmp_path / 'class' / name}: a link that leads nowhere or loops (Too many levels of symbolic links)" in out
+    assert f"{tmp_path / 'class' / 'gone.ipynb'}: a link that leads nowhere or loops (No such file or directory)" in out

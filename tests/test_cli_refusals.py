@@ -134,3 +134,36 @@ def test_export_uses_the_model_named_and_says_which_flags_it_cannot_carry(capsys
     assert "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct" in capsys.readouterr().out
     assert main(["export", "trl", "--device", "cpu"]) == 0
     assert "note: --device changes nothing in trl's settings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "--steps", "1", "--warmup", "0", "--rounds", "1", "--no-trl", "--json", "/proc/grpo_edu_probe.json"],
+    ["family", "--methods", "rft", "--steps", "1", "--json", "/proc/grpo_edu_probe.json"],
+    ["variants", "--steps", "1", "--json", "/proc/grpo_edu_probe.json"],
+    ["diagnose", str(STATE), "--plot", "/proc/grpo_edu_probe.png"],
+    ["check-answers", str(ASSETS.parent / "lessons" / "01_batch_step_epoch.ipynb"), "--csv", "/proc/grpo_edu.csv"],
+])
+def test_a_result_file_no_one_can_write_is_refused_before_the_work(argv, capsys):
+    """/proc takes no new file, yet root passes os.access there (a container, Colab): the check tries the folder,
+    so the run is refused at once instead of dying at its end with the results lost."""
+    if argv[0] in ("bench", "family", "variants"):                       # their own parsers exit
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+    else:
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "/proc" in err and ("cannot be written" in err or "cannot write into the folder" in err)
+    assert "Traceback" not in err and "No such file" not in err       # refused by the check, not by the write
+
+
+def test_trying_a_folder_leaves_no_file_and_never_touches_the_target(tmp_path):
+    from grpo_edu.common import _checks
+
+    target = tmp_path / "results.json"
+    target.write_text("an earlier run's rows")
+    assert _checks.can_create_file_in(tmp_path) and not _checks.can_create_file_in("/proc")
+    assert _checks.output_file_problem(target, overwrite=True) is None      # replaced beside it, then moved onto it
+    assert _checks.output_file_problem(tmp_path / "new.json") is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no probe left
+    assert target.read_text() == "an earlier run's rows"

@@ -1,5 +1,6 @@
 """grpo-edu doctor: each check broken on purpose names its fix; the shipped models match their checksums."""
 
+import os
 import shutil
 
 import pytest
@@ -158,3 +159,65 @@ def test_no_lessons_folder_is_not_ready(tmp_path, monkeypatch, capsys):
     assert main(["doctor", "--no-speed"]) == 1
     out = capsys.readouterr().out
     assert "✗ lessons: no lessons folder" in out and "ready for the lessons" not in out
+
+
+def _kernel_on_path(tmp_path, monkeypatch, kernel_json):
+    """A python3 kernel spec of ``kernel_json`` (text) first on JUPYTER_PATH, as a student's broken install."""
+    folder = tmp_path / "kernels" / "python3"
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(kernel_json, encoding="utf-8")
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    return folder
+
+
+@pytest.mark.parametrize("kernel_json, says", [
+    ('{"argv": ["python", "-m", "ipykernel_launcher", "-f", ', "kernel.json is not valid JSON"),      # D02
+    ('{"argv": [], "display_name": "Python 3", "language": "python"}', "kernel.json's argv (the command that "
+                                                                       "starts the kernel) is empty"),   # D08
+    ('{"argv": ["python", 3], "language": "python"}', "kernel.json's argv must be a list of non-empty strings"),
+])
+def test_a_broken_kernel_spec_is_named_with_its_file_and_fix(tmp_path, monkeypatch, kernel_json, says):
+    folder = _kernel_on_path(tmp_path, monkeypatch, kernel_json)
+    check = doctor.check_kernel()
+    assert not check.ok and f"{folder / 'kernel.json'}" in check.detail and says in check.detail
+    assert f"rm -r {folder}" in check.fix and "ipykernel install --user" in check.fix
+
+
+def _processes_with(marker):
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc to find the kernel's process")
+def test_a_kernel_that_never_answers_is_stopped_at_the_timeout_and_named(tmp_path, monkeypatch, capsys):
+    """D04: a kernel that starts but never connects gave 60 silent seconds and jupyter_client's words only."""
+    import json
+    import sys
+    import time
+
+    from grpo_edu.cli import main
+
+    marker = f"grpo-edu-D04-{tmp_path.name}"
+    folder = _kernel_on_path(tmp_path, monkeypatch, json.dumps(
+        {"argv": [sys.executable, "-c", f"import time; time.sleep(1001)  # {marker}"], "language": "python"}))
+    start = time.monotonic()
+    check = doctor.check_kernel(timeout=3)
+    assert time.monotonic() - start < 30
+    assert not check.ok and "did not answer within 3 s, so it was stopped" in check.detail
+    assert str(folder / "kernel.json") in check.detail and "time.sleep(1001)" in check.detail
+    time.sleep(0.5)
+    assert _processes_with(marker) == []                                  # no kernel left behind
+    monkeypatch.setattr(doctor, "KERNEL_TIMEOUT_S", 3)
+    monkeypatch.setattr(doctor, "check_kernel", lambda: doctor.Check("notebook kernel", False, "stub"))
+    monkeypatch.setattr(doctor, "check_models", lambda: doctor.Check("bundled models", True, "stub"))
+    assert main(["doctor", "--no-speed"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[4] == "… starting a python3 kernel (waits at most 3 s)" and out[3].startswith("✓ lessons")

@@ -17,6 +17,7 @@ Chromium and Playwright as for tests/test_browser.py (skipped, saying how to ins
 """
 
 import json
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -26,7 +27,7 @@ import pytest
 
 from grpo_edu.course.testing import browser
 
-from grpo_edu.course.classroom import site
+from grpo_edu.course.classroom import site, site_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.stem for p in (ROOT / "lessons").glob("*.ipynb"))
@@ -92,6 +93,148 @@ def test_the_build_refuses_a_folder_that_holds_files(tmp_path):
     with pytest.raises(ValueError, match="--out: .* not an empty folder"):
         site.build(tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+# --- the build's folder: checked first, one build at a time, nothing left running ---------------------------
+@pytest.fixture
+def no_staging(monkeypatch):
+    """``stage`` replaced by a failure: a refusal must come before any staging (which takes seconds)."""
+    def staged(*args):
+        raise AssertionError("staged before the folder was checked")
+    monkeypatch.setattr(site, "stage", staged)
+
+
+def _immutable(path):
+    """``chattr +i`` on ``path`` (even root cannot write there), or None where that cannot be done."""
+    import subprocess
+
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True) if shutil.which("chattr") else None
+    return path if done is not None and done.returncode == 0 else None
+
+
+@pytest.mark.parametrize("case", ["file in the path", "link loop", "proc", "immutable parent", "immutable folder"])
+def test_an_out_folder_that_cannot_be_written_is_refused_before_staging(case, tmp_path, no_staging):
+    """S17, S23, S24, S06, S22: each ended in Sphinx's crash report after seconds of staging."""
+    import subprocess
+
+    held = None
+    if case == "file in the path":
+        (tmp_path / "plainfile").write_text("data")
+        out, says = tmp_path / "plainfile" / "sub", f"{tmp_path / 'plainfile'} is a file, so {tmp_path / 'plainfile' / 'sub'} cannot be made"
+    elif case == "link loop":
+        (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+        (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+        out, says = tmp_path / "loopA", "is a link that loops or leads nowhere (Too many levels of symbolic links)"
+    elif case == "proc":
+        out, says = Path("/proc/grpo_edu_site"), "/proc cannot be written, so /proc/grpo_edu_site cannot be made"
+    else:
+        (tmp_path / "ro").mkdir()
+        held = _immutable(tmp_path / "ro")
+        if held is None:
+            pytest.skip("chattr +i is not available here")
+        out = tmp_path / "ro" / "out" if case == "immutable parent" else tmp_path / "ro"
+        says = f"{tmp_path / 'ro'} cannot be written" + (", so" if case == "immutable parent" else ". Fix")
+    try:
+        with pytest.raises(ValueError, match="^--out: ") as refused:
+            site.build(out)
+        assert says in str(refused.value) and "Fix: name" in str(refused.value)
+    finally:
+        if held is not None:
+            subprocess.run(["chattr", "-i", str(held)], check=True)
+    assert (tmp_path / "plainfile").read_text() == "data" if case == "file in the path" else True
+
+
+def test_two_builds_never_write_into_one_folder(tmp_path, no_staging):
+    """S09: both builds passed the empty-folder check and wrote into one folder. A build's claim is a locked file
+    put there whole: a second claim fails, and so does a second build's check."""
+    out = tmp_path / "same"
+    with site_folder.claim(out):
+        with pytest.raises(ValueError, match=r"another grpo-edu site \(pid \d+\) is building into .*same right now"):
+            with site_folder.claim(out):
+                pass
+        with pytest.raises(ValueError, match="another grpo-edu site .* Fix: wait for it to finish"):
+            site.build(out)
+    assert list(out.iterdir()) == []                     # the claim leaves no trace: a folder to build into
+
+
+def test_a_folder_a_killed_build_left_is_named_as_a_half_built_site(tmp_path, no_staging):
+    """S10: the rebuild said only 'not an empty folder'."""
+    out = tmp_path / "killed_site"
+    with pytest.raises(KeyboardInterrupt):
+        with site_folder.claim(out):
+            (out / "index.html").write_text("<html>half</html>")
+            raise KeyboardInterrupt                       # the build stopped in the middle (kill -9 leaves the same)
+    with pytest.raises(ValueError, match=rf"{out} holds a half-built site .* Fix: remove it \(rm -r {out}\)"):
+        site.build(out)
+
+
+def test_staging_folders_of_killed_builds_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / (site_folder.STAGING_PREFIX + "killed")
+    (stale / "src").mkdir(parents=True)
+    (stale / "owner").write_text("123\n")                # its build is gone: nothing holds the lock
+    mine = tmp_path / (site_folder.STAGING_PREFIX + "someone-else")
+    mine.mkdir()                                        # no owner file: not a staging folder this code made
+    with site_folder.staging() as live:
+        assert not stale.exists() and mine.exists()
+        with site_folder.staging() as second:                 # a second build meanwhile: the first one's is kept
+            assert live.exists() and second != live
+    assert not live.exists() and sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+
+
+def test_a_tied_child_dies_with_its_killed_parent(tmp_path):
+    """S10: kill -9 of grpo-edu site left sphinx-build running and writing. run_tied's child (and its group) dies
+    with the parent."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "sleeper.py").write_text("import os, time\nopen(os.environ['PID_FILE'], 'w').write(str(os.getpid()))"
+                                        "\ntime.sleep(1000)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
+               PID_FILE=str(tmp_path / "child.pid"))
+    parent = subprocess.Popen([sys.executable, "-c", "from grpo_edu.course.classroom.site_folder import run_tied; "
+                               "run_tied('sleeper', [])"], env=env)
+    try:
+        for _ in range(300):
+            if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text():
+                break
+            time.sleep(0.05)
+        child = int((tmp_path / "child.pid").read_text())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        for _ in range(60):
+            if not _alive(child):
+                break
+            time.sleep(0.05)
+        assert not _alive(child), "the child outlived its killed parent"
+    finally:
+        parent.kill()
+        if (tmp_path / "child.pid").exists() and _alive(int((tmp_path / "child.pid").read_text())):
+            os.kill(int((tmp_path / "child.pid").read_text()), signal.SIGKILL)
+
+
+def _alive(pid):
+    """True while ``pid`` runs (a zombie, dead but not yet reaped by init, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_tiny_site_builds_and_leaves_no_claim_and_no_staging(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    _tiny_course(tmp_path / "course", "../lessons/01_a.ipynb#1.-A-heading")
+    info = site.build(tmp_path / "out", root=tmp_path / "course")
+    assert "lessons/01_a.html" in info["pages"] and not (tmp_path / "out" / site_folder.BUILDING).exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_lesson_page_says_how_to_run_it_and_where_its_panels_go():

@@ -105,6 +105,81 @@ def test_memory_parts(small_trainer):
     assert 1.6 < step_cost.activation_bytes(small_trainer.model, bigger) / parts["activations"] < 2.4   # ∝ rows
 
 
+def _family_trainer(method, reward=None, **overrides):
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.family import make_trainer
+
+    reward = reward or (lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions])   # mixed
+    settings = dict(batch_size=2, num_generations=4, max_completion_length=4, total_training_steps=3, eval_size=0,
+                    sampler="engine", num_iterations=2, beta=0.04, **overrides)
+    return make_trainer(method, GRPOConfig(**settings), reward_funcs=[reward])
+
+
+@pytest.mark.parametrize("method", ["ppo", "reinforce", "rft", "dpo", "dpo_offline"])
+def test_every_family_method_is_timed_and_counted_by_its_own_update(method):
+    """SC04: DPO's update is its own method (not GRPO's _update): its time was counted negative and its FLOPs
+    failed; rejection sampling the same. SC03: PPO's critic is a part of its own, in time and FLOPs."""
+    trainer = _family_trainer(method)
+    trainer.step()                                                          # warm-up
+    metrics, seconds, tokens = step_cost.timed_step(trainer)
+    assert tuple(seconds) == step_cost.parts_of(trainer) and all(v >= 0 for v in seconds.values())
+    assert seconds["sampling"] > 0 and seconds["policy"] > 0 and seconds["optimizer"] > 0
+    assert sum(seconds.values()) == pytest.approx(metrics["seconds"], rel=0.05, abs=0.01)
+    (prompts, completions), = tokens["sampled"]
+    rows = {"ppo": 8, "reinforce": 8, "rft": 8}.get(method, 2 * round(metrics.get("pair_fraction", 0) * 2))
+    assert len(tokens["trained"][0]) == rows > 0                            # DPO: its chosen and rejected answers
+    flops = step_cost.flops_of_step(trainer, tokens)
+    forward = step_cost.teacher_forced_flops(trainer.model.config, *tokens["trained"][:2],
+                                             distinct_prompt_lengths=tokens["trained"][2])
+    assert flops["policy"] == 3 * 2 * forward                               # μ = 2 forward + backward passes
+    if method in ("dpo", "dpo_offline"):                                    # π_ref's forward, inside DPO's update
+        assert seconds["reference"] > 0 and flops["reference"] == forward
+    if method == "ppo":
+        assert seconds["critic"] > 0 and seconds["reference"] > 0
+        T = tokens["critic"][0][1]
+        rows_tokens = [p + t for p, t in zip(prompts, completions)]
+        one = step_cost.critic_flops(trainer.model.config, rows_tokens, T)
+        assert [grad for *_, grad in tokens["critic"]] == [False, True, True]   # V_old, then μ = 2 updates
+        assert flops["critic"] == one + 2 * 3 * one
+    assert flops["total"] == sum(v for k, v in flops.items() if k != "total")
+    assert "_sample" not in vars(trainer) and "step" not in vars(trainer.optimizer)   # unwrapped
+    assert "forward" not in vars(trainer.ref_model) if trainer.ref_model is not None else True
+
+
+def test_a_skipped_step_costs_its_sampling_only():
+    trainer = _family_trainer("dpo", reward=lambda prompts, completions, **kw: [1.0] * len(completions))
+    with pytest.warns(UserWarning, match="no pair"):
+        metrics, seconds, tokens = step_cost.timed_step(trainer)
+    assert metrics["skipped"] and tokens["trained"] is None and seconds["policy"] == 0
+    flops = step_cost.flops_of_step(trainer, tokens)
+    assert flops["policy"] == flops["reference"] == 0 < flops["sampling"] == flops["total"]
+
+
+def test_a_step_of_unknown_parts_is_refused():
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    class Mine(GRPOTrainer):
+        def step(self):
+            return {}
+    with pytest.raises(ValueError, match=r"trainer: Mine.step\(\) is not a step timed_step knows.*Fix:"):
+        step_cost.timed_step(Mine.__new__(Mine))
+
+
+def test_step_flops_refuses_no_answers_per_prompt():
+    with pytest.raises(ValueError, match="num_generations: must be an integer ≥ 1, got 0"):      # SC02
+        step_cost.step_flops(TINY, [5, 6], [], num_generations=0)
+
+
+def test_memory_parts_count_ppos_critic():
+    """SC05: the critic is a second model with its own gradients and AdamW: PPO's memory holds it."""
+    trainer = _family_trainer("ppo")
+    trainer.step()
+    parts = step_cost.memory_parts(trainer, trainer._sample(["12+34="] * 2))
+    critic = sum(p.numel() for p in trainer.critic.parameters())
+    assert parts["critic"] == 4 * 4 * critic                                # float32 weights, gradients, 2 moments
+    assert parts["weights"] == 4 * sum(p.numel() for p in trainer.model.parameters())
+
+
 def test_bench_prints_the_split_and_the_arithmetic_limit(capsys, monkeypatch, tmp_path):
     import json
     import re
@@ -128,6 +203,37 @@ def test_bench_prints_the_split_and_the_arithmetic_limit(capsys, monkeypatch, tm
     assert set(ours["parts_s"]) == set(step_cost.PARTS) and set(rnd["floor"]["parts_s"]) == set(step_cost.PARTS[:-1])
     assert sum(ours["parts_s"].values()) == pytest.approx(ours["median_step_s"], rel=0.3)
     assert 0 < ours["limit_s"] < ours["median_step_s"] and ours["limit_s"] == ours["flops"] / ours["matmul_flops_per_s"]
+
+
+@pytest.mark.parametrize("no_trl", [True, False])
+def test_a_trl_that_fails_to_import_never_stops_the_bench(no_trl, capsys, monkeypatch, tmp_path):
+    """B21: a TRL built for another transformers raises AttributeError on import, not ImportError: --no-trl must
+    not import it at all, and without --no-trl the bench names it and runs the rest."""
+    import sys
+
+    from grpo_edu.beyond import bench
+    from grpo_edu.cli import main
+
+    (tmp_path / "trl").mkdir()
+    (tmp_path / "trl" / "__init__.py").write_text("raise AttributeError('simulated: a TRL built for another "
+                                                  "transformers')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "trl" or m.startswith("trl.")]:
+        monkeypatch.delitem(sys.modules, name)
+    ran = []
+    fake = {"median_step_s": 1.0, "tokens_per_s": 1.0, "first_step_s": 1.0, "peak_rss_mib": 1.0, "limit_s": 0.5,
+            "flops": 1e9, "matmul_flops_per_s": 2e9, "parts_s": dict.fromkeys(step_cost.PARTS, 0.2)}
+    monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, **kw: ran.append(name) or fake)
+    argv = ["bench", "--steps", "1", "--warmup", "0", "--rounds", "1"] + (["--no-trl"] if no_trl else [])
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert ran == ["grpo_edu", "floor"]
+    if no_trl:
+        assert "trl" not in sys.modules and "TRL" not in out                 # never imported
+    else:
+        assert ("trl is installed but its import fails (AttributeError: simulated: a TRL built for another "
+                "transformers; often a TRL built for another transformers: pip install -U trl transformers): "
+                "skipping the TRL comparison") in out
 
 
 def test_the_bench_times_trls_step_by_part_and_counts_the_tokens_it_sampled():

@@ -609,6 +609,22 @@ def _ratio_line(label, values, goal):
             f"over {len(values)} rounds ({goal})")
 
 
+def trl_problem():
+    """Why TRL cannot take part, in words (None when ``import trl`` works). A TRL that is installed but fails to
+    import (a TRL built for another transformers raises AttributeError or TypeError, not ImportError) is named
+    with its error and the fix, and the rest of the bench runs."""
+    try:
+        import trl  # noqa: F401
+    except ImportError as err:
+        if getattr(err, "name", None) == "trl":
+            return "trl is not installed (pip install trl to add it)"
+        return f"trl is installed but its import fails ({type(err).__name__}: {err}; pip install -U trl transformers)"
+    except Exception as err:                          # noqa: BLE001 - any failure of a third-party import
+        return (f"trl is installed but its import fails ({type(err).__name__}: {err}; often a TRL built for "
+                "another transformers: pip install -U trl transformers)")
+    return None
+
+
 def main(argv=None):
     from grpo_edu.common import command_line
 
@@ -670,12 +686,12 @@ def main(argv=None):
         return 0
 
     names = ["grpo_edu", "floor"]
-    try:
-        import trl  # noqa: F401
-        if not args.no_trl:
+    if not args.no_trl:                               # --no-trl never imports it: a broken TRL cannot stop the bench
+        skip = trl_problem()
+        if skip:
+            print(f"{skip}: skipping the TRL comparison")
+        else:
             names.append("trl")
-    except ImportError:
-        print("trl is not installed: skipping the TRL comparison (pip install trl to add it)")
     settings = WORKLOADS[args.workload]["settings"]
     print(f"workload {args.workload} ({WORKLOADS[args.workload]['model']} on {WORKLOADS[args.workload]['task']}): "
           f"one step = {settings['batch_size']} prompts × G={settings['num_generations']}, "

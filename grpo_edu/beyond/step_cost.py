@@ -10,9 +10,12 @@ Three questions, one function each (lesson 14 and ``grpo-edu bench`` ask them):
   is about 6·(weights) per token (Kaplan et al. 2020, "Scaling laws", table 1). Norms, RoPE, softmax and
   the optimizer's element-wise update are left out: they are a few FLOPs per number, not per weight.
 * **Time** (:func:`timed_step`): ``GRPOTrainer.step()`` split into sampling, the reference pass, the
-  policy's forward and backward, the optimizer step, and the rest (rewards, advantages, metrics).
+  policy's forward and backward, the optimizer step, and the rest (rewards, advantages, metrics). The
+  family's trainers (``training.family``: PPO, REINFORCE, rejection sampling, DPO) are split the same way,
+  each by its own update, and PPO's critic is a part of its own (:data:`CRITIC`).
 * **Memory** (:func:`memory_parts`): bytes by part: the policy's weights, the reference model, gradients,
-  AdamW's moments, the KV cache while sampling, and the activations the backward pass keeps.
+  AdamW's moments, the KV cache while sampling, and the activations the backward pass keeps; PPO's critic
+  (its weights, gradients and moments) as a part of its own.
 
 The *arithmetic limit* of a step is its FLOPs at this core's matmul throughput (:func:`matmul_flops_per_s`,
 measured on a matmul of the training pass's shape): the time a step would take if every FLOP ran at
@@ -37,6 +40,9 @@ PARTS = ("sampling", "reference", "policy", "optimizer", "other")
 
 MEMORY_PARTS = ("weights", "reference", "gradients", "optimizer", "kv_cache", "activations")
 """The parts of a step's memory (bytes), in the order of :func:`memory_parts`."""
+
+CRITIC = "critic"
+"""One more part of PPO's step, in its time, FLOPs and memory: its critic V(s_t) (``training.critic``)."""
 
 
 def shape_of(config):
@@ -89,8 +95,9 @@ def step_flops(config, prompt_lengths, completion_lengths, *, num_generations, r
     * policy: the same forward plus its backward (2× the forward), ``num_iterations`` times.
     Returns {"sampling", "reference", "policy", "total"} in FLOPs.
     """
+    G = _checks.positive_int("num_generations", num_generations, fix="pass G ≥ 1, the answers sampled per prompt")
+    _checks.positive_int("num_iterations", num_iterations)
     prompts, completions = [int(n) for n in prompt_lengths], [int(n) for n in completion_lengths]
-    G = num_generations
     if len(completions) != len(prompts) * G:
         _checks.fail("completion_lengths", f"holds {len(completions)} rows, but {len(prompts)} prompts × G = {G} "
                      f"make {len(prompts) * G}", "pass one length per completion, G per prompt, in prompt order")
@@ -144,51 +151,126 @@ def training_matmul_shape(config, rows, tokens):
 
 
 # --- time ------------------------------------------------------------------------------------------
-def timed_step(trainer):
-    """Run ``trainer.step()`` with its parts timed. Returns ``(metrics, seconds, tokens)``.
+def _updates():
+    """{a trainer's ``step`` function: the method its step trains the policy with}: the steps timed_step knows.
+    A method's own update runs its policy's forward and backward; for DPO it also holds π_ref's forward."""
+    from grpo_edu.training import family
+    from grpo_edu.training.trainer import GRPOTrainer
 
-    ``seconds``: {part: seconds} for :data:`PARTS`; the policy part is the update's time less the optimizer
-    step's. ``tokens``: what :func:`step_flops` needs: the prompt lengths and completion lengths of every
-    batch sampled (``"sampled"``, a list of (prompt lengths, completion lengths)), and of the rows trained
-    on (``"trained"``, with replayed rows), one entry per row, then the lengths of their distinct prompts. The trainer's methods are wrapped for this one call only.
-    """
-    spent = dict.fromkeys(PARTS, 0.0)
-    tokens = {"sampled": [], "trained": None}
+    return {GRPOTrainer.step: "_update",                                   # grpo, reinforce
+            family.PPOTrainer.step: "_update",                             # the policy's part; the critic's below
+            family.RejectionSamplingTrainer.step: "_sft_update",
+            family.DPOTrainer.step: "_dpo_update"}                         # dpo, dpo_offline
 
-    def timed(part, function, record=None):
+
+def parts_of(trainer):
+    """The parts :func:`timed_step` splits ``trainer``'s step into: :data:`PARTS`, with ``"critic"`` (its value
+    model's forward passes, backward and optimizer step) before ``"other"`` for a trainer with a critic (PPO)."""
+    return PARTS[:-1] + (CRITIC, PARTS[-1]) if getattr(trainer, "critic", None) is not None else PARTS
+
+
+class _Clock:
+    """Seconds by part, each call counted once: a timed call inside another (the optimizer step inside the
+    update, π_ref's forward inside DPO's update) is taken out of the outer part's time."""
+
+    def __init__(self, parts):
+        self.spent = dict.fromkeys(parts, 0.0)
+        self.open = []                                                     # [start, seconds in calls inside]
+
+    def timed(self, part, function, record=None, during=None):
         def wrapper(*args, **kwargs):
-            start = time.perf_counter()
+            frame = [time.perf_counter(), 0.0]
+            self.open.append(frame)
             try:
-                out = function(*args, **kwargs)
+                with during() if during else contextlib.nullcontext():
+                    out = function(*args, **kwargs)
             finally:
-                spent[part] += time.perf_counter() - start
+                self.open.pop()
+                elapsed = time.perf_counter() - frame[0]
+                self.spent[part] += elapsed - frame[1]
+                if self.open:
+                    self.open[-1][1] += elapsed
             if record:
                 record(args, out)
             return out
         return wrapper
 
+
+def timed_step(trainer):
+    """Run ``trainer.step()`` with its parts timed. Returns ``(metrics, seconds, tokens)``.
+
+    ``trainer``: a ``GRPOTrainer`` or any trainer of ``training.family.METHODS`` (PPO, REINFORCE, rejection
+    sampling, DPO online and offline); another ``step()`` is refused, since its parts are unknown.
+    ``seconds``: {part: seconds} for :func:`parts_of` (``trainer``), each second counted in one part only:
+    sampling, π_ref's forward (``reference``), the update's forward and backward (``policy``), the optimizer
+    step, PPO's critic, and the rest (rewards, advantages, metrics). ``tokens``: what :func:`step_flops` needs:
+    the prompt lengths and completion lengths of every batch sampled (``"sampled"``, a list of (prompt lengths,
+    completion lengths)), and of the rows the update passed through the policy (``"trained"``: with replayed
+    rows for GRPO, every answer for rejection sampling (its loss masks the wrong ones), the chosen and
+    rejected answers for DPO; None when the step was skipped), one entry per row, then the lengths of their
+    distinct prompts; for PPO, ``"critic"``: one (real tokens per row, completion tokens, with a gradient) per
+    call of the critic. The trainer's methods are wrapped for this one call only.
+    """
+    update = _updates().get(type(trainer).step)
+    if update is None:
+        _checks.fail("trainer", f"{type(trainer).__name__}.step() is not a step timed_step knows (GRPOTrainer's "
+                     "or a training.family trainer's), so its parts cannot be told apart",
+                     "time a GRPOTrainer or a trainer of training.family.METHODS (make_trainer)")
+    clock = _Clock(parts_of(trainer))
+    tokens = {"sampled": [], "trained": None}
+
     def lengths(rollout):
         """Real prompt tokens per row, (N,), and completion tokens per row, (N,)."""
         return rollout.prompt_mask.sum(1).tolist(), rollout.completion_mask.sum(1).tolist()
 
-    def trained_lengths(rollout):
-        """:func:`lengths`, and the real tokens of each distinct prompt (the passes read each once)."""
-        distinct = {tuple(r) for r in torch.cat([rollout.prompt_ids, rollout.prompt_mask], 1).tolist()}
-        return (*lengths(rollout), [sum(r[len(r) // 2:]) for r in distinct])
+    def trained_lengths(rollout, rows=None):
+        """:func:`lengths` of ``rows`` (default all), and the real tokens of each distinct prompt among them
+        (the passes read each once)."""
+        prompts, completions = lengths(rollout)
+        rows = range(len(prompts)) if rows is None else rows
+        joined = torch.cat([rollout.prompt_ids, rollout.prompt_mask], 1).tolist()
+        distinct = {tuple(joined[i]) for i in rows}
+        return [prompts[i] for i in rows], [completions[i] for i in rows], [sum(r[len(r) // 2:]) for r in distinct]
 
-    wrapped = {"_sample": timed("sampling", trainer._sample, lambda a, out: tokens["sampled"].append(lengths(out))),
-               "_ref_logprobs": timed("reference", trainer._ref_logprobs),
-               "_update": timed("policy", trainer._update,
-                                lambda a, out: tokens.__setitem__("trained", trained_lengths(a[0])))}
+    def record_trained(args, out):
+        rollout, *rest = args
+        rows = rest[0].reshape(-1).tolist() if update == "_dpo_update" else None   # (P, 2) pairs → 2P rows
+        tokens["trained"] = trained_lengths(rollout, rows)
+
+    def reference_inside(owner):
+        """π_ref's forward, timed as ``reference`` while DPO's update runs (its log-probs are computed there)."""
+        @contextlib.contextmanager
+        def during():
+            with contextlib.ExitStack() as undo:
+                _wrap(undo, owner, "forward", clock.timed("reference", owner.forward))
+                yield
+        return during
+
+    during = None
+    if update == "_dpo_update" and isinstance(trainer.ref_model, torch.nn.Module):
+        during = reference_inside(trainer.ref_model)
+    wrapped = [(trainer, "_sample", clock.timed("sampling", trainer._sample,
+                                                lambda a, out: tokens["sampled"].append(lengths(out)))),
+               (trainer, "_ref_logprobs", clock.timed("reference", trainer._ref_logprobs)),
+               (trainer, update, clock.timed("policy", getattr(trainer, update), record_trained, during)),
+               (trainer.optimizer, "step", clock.timed("optimizer", trainer.optimizer.step))]
+    critic = getattr(trainer, "critic", None)
+    if critic is not None:                                                 # PPO: V(s_t), its loss, its AdamW step
+        tokens[CRITIC] = []
+
+        def record_critic(args, out):
+            input_ids, attention_mask, T = args
+            tokens[CRITIC].append((attention_mask.sum(1).tolist(), T, torch.is_grad_enabled()))
+        wrapped += [(critic, "forward", clock.timed(CRITIC, critic.forward, record_critic)),
+                    (trainer, "_update_critic", clock.timed(CRITIC, trainer._update_critic))]
     with contextlib.ExitStack() as undo:
-        for name, function in wrapped.items():
-            _wrap(undo, trainer, name, function)
-        _wrap(undo, trainer.optimizer, "step", timed("optimizer", trainer.optimizer.step))
+        for owner, name, function in wrapped:
+            _wrap(undo, owner, name, function)
         start = time.perf_counter()
         metrics = trainer.step()
         total = time.perf_counter() - start
-    spent["policy"] -= spent["optimizer"]                                             # the update holds the steps
-    spent["other"] = max(total - sum(spent[p] for p in PARTS[:-1]), 0.0)
+    spent = clock.spent
+    spent["other"] = max(total - sum(v for p, v in spent.items() if p != "other"), 0.0)
     return metrics, spent, tokens
 
 
@@ -204,18 +286,34 @@ def _wrap(undo, owner, name, function):
 
 
 def flops_of_step(trainer, tokens):
-    """:func:`step_flops` of a step timed by :func:`timed_step` (its ``tokens``), by part."""
+    """:func:`step_flops` of a step timed by :func:`timed_step` (its ``tokens``), by part: sampling, π_ref's
+    forward over the trained rows (when the trainer has π_ref), the policy's forward and backward over them
+    ``num_iterations`` times (0 for both when the step was skipped), and for PPO its critic's passes."""
     c = trainer.config
     config = trainer.model.config
     G = c.num_generations
     sampling = sum(step_flops(config, p[::G], t, num_generations=G, reference=False)["sampling"]
                    for p, t in tokens["sampled"])                                      # each prompt read once
-    prompts, completions, distinct = tokens["trained"]                                  # per row, replayed ones too
-    forward = teacher_forced_flops(config, prompts, completions, distinct_prompt_lengths=distinct)
+    forward = 0
+    if tokens["trained"] is not None:                                                  # None: a skipped step
+        prompts, completions, distinct = tokens["trained"]                              # per row, replayed ones too
+        forward = teacher_forced_flops(config, prompts, completions, distinct_prompt_lengths=distinct)
     flops = {"sampling": sampling, "reference": forward if trainer.ref_model is not None else 0,
              "policy": 3 * forward * c.num_iterations}
+    if CRITIC in tokens:
+        flops[CRITIC] = sum(critic_flops(config, n, T, backward=grad) for n, T, grad in tokens[CRITIC])
     flops["total"] = sum(flops.values())
     return flops
+
+
+def critic_flops(config, row_tokens, num_completion_tokens, *, backward=False):
+    """FLOPs of one call of PPO's critic (``training.critic.Critic``) on rows of ``row_tokens`` real tokens each:
+    the policy's body over every token (no lm_head), then the value head (D → 1, 2·D per position) over the last
+    ``num_completion_tokens`` positions; with ``backward``, 3× (the forward and a backward of twice its cost)."""
+    s = shape_of(config)
+    T = _checks.positive_int("num_completion_tokens", num_completion_tokens, minimum=0)
+    forward = sum(forward_flops(config, int(n), logits=0) + 2 * s["D"] * T for n in row_tokens)
+    return 3 * forward if backward else forward
 
 
 # --- memory ----------------------------------------------------------------------------------------
@@ -254,18 +352,30 @@ def memory_parts(trainer, rollout):
     """Bytes by :data:`MEMORY_PARTS` of ``trainer``'s step on ``rollout`` (a rollout it sampled), after at least
     one step (so AdamW's moments exist): weights and gradients of the policy (gradients of the trainable
     weights only), the reference model (0 without one, or when it is the policy with its adapter off),
-    AdamW's two moments, the sampler's KV cache (N rows × (P + T) positions), and the activations."""
+    AdamW's two moments, the sampler's KV cache (N rows × (P + T) positions), and the activations. A trainer
+    with a critic (PPO) has one more part, :data:`CRITIC`: the critic's weights, their gradients and its own
+    AdamW's moments, a second model's training state (its activations come after the policy's are freed, so
+    the policy's are the step's peak)."""
     model = trainer.model
     params = list(model.parameters())
     ref = trainer.ref_model
     ref_params = list(ref.parameters()) if isinstance(ref, torch.nn.Module) else []
     own = {p.data_ptr() for p in params}
-    moments = [t for state in trainer.optimizer.state.values() for t in state.values()
-               if torch.is_tensor(t) and t.dim() > 0]
     N, T = rollout.completion_ids.shape
-    return {"weights": _bytes(params),
-            "reference": _bytes(p for p in ref_params if p.data_ptr() not in own),
-            "gradients": _bytes(p for p in params if p.requires_grad),
-            "optimizer": _bytes(moments),
-            "kv_cache": kv_cache_bytes(model.config, N, rollout.prompt_ids.shape[1] + T),
-            "activations": activation_bytes(model, rollout, trainer.config.temperature)}
+    parts = {"weights": _bytes(params),
+             "reference": _bytes(p for p in ref_params if p.data_ptr() not in own),
+             "gradients": _bytes(p for p in params if p.requires_grad),
+             "optimizer": _bytes(_moments(trainer.optimizer)),
+             "kv_cache": kv_cache_bytes(model.config, N, rollout.prompt_ids.shape[1] + T),
+             "activations": activation_bytes(model, rollout, trainer.config.temperature)}
+    critic = getattr(trainer, "critic", None)
+    if critic is not None:
+        critic_params = list(critic.parameters())
+        parts[CRITIC] = (_bytes(critic_params) + _bytes(p for p in critic_params if p.requires_grad)
+                         + _bytes(_moments(trainer.critic_optimizer)))
+    return parts
+
+
+def _moments(optimizer):
+    """The tensors an optimizer keeps per weight (AdamW: its two moments; its step counters are scalars)."""
+    return [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t) and t.dim() > 0]

@@ -80,17 +80,39 @@ def unwritable_folder(folder):
     return None
 
 
+def can_create_file_in(folder):
+    """Whether a new file can be made in the existing folder ``folder``: tried, not asked, as
+    :func:`unwritable_folder` tries folders. A probe file with a name of its own is created there with
+    ``O_EXCL`` and removed at once, so no file that is there is opened or touched; root passes every
+    ``os.access``, and no file can be made in /proc or a read-only mount."""
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".grpo-edu-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    try:
+        os.unlink(probe)
+    except OSError:
+        pass
+    return True
+
+
 def output_file_problem(path, *, overwrite=False, flag="--overwrite"):
     """What stops a command from writing its result to the file ``path`` once its work is done, as
     ``(problem, fix)``, or None: checked before the work, so an hour's run never ends on a path it
-    cannot write. An existing file is replaced only with ``overwrite``."""
+    cannot write. Whether the folder takes a new file is tried (:func:`can_create_file_in`: the result is
+    written beside its name, then moved onto it), never read from permission bits. An existing file is
+    replaced only with ``overwrite``."""
     path = Path(path)
     if path.is_dir():
         return f"{path} is a folder", f"name a file inside it, e.g. {path / 'results.json'}"
     if not path.parent.is_dir():
         return (f"the folder of {path} does not exist",
                 f"create it first (mkdir -p {path.parent}), or write the file elsewhere")
-    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if (not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK))
+            or not can_create_file_in(path.parent)):
         return f"{path} cannot be written", "pass a file in a folder you can write to"
     if path.exists() and not overwrite:
         return (f"{path} already exists (an earlier run's results?)",

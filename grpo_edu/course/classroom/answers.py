@@ -14,7 +14,8 @@ The files come from students, so nothing in them may stop the class's report: a 
 a regular file (a FIFO, a device), is over ``MAX_BYTES``, is not JSON, nests too deep or has the
 wrong JSON types gets a line "not counted" with the reason, and every other notebook is counted.
 A folder is searched down to ``DEPTH`` levels of subfolders (``class/alice/07_….ipynb``), hidden
-ones (``.ipynb_checkpoints``) and links to folders skipped; a file named twice counts once. The
+ones (``.ipynb_checkpoints``) and links to folders skipped, a link that loops or leads nowhere named and not
+counted; a file named twice counts once. The
 report (``--csv``) is checked before anything is read: never one of the notebooks, never a link,
 never an existing file unless ``force``; its cells that a spreadsheet would take for a formula
 start with ``'``.
@@ -127,6 +128,11 @@ def _load(path):
         except OSError as err:
             raise NotReadable(f"a folder that cannot be opened ({err.strerror})") from None
         raise NotReadable(f"a folder more than {DEPTH} levels of subfolders down: not searched (name it on its own)")
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as err:
+            raise NotReadable(f"a link that leads nowhere or loops ({err.strerror})") from None
     data = read_regular(path, MAX_BYTES)
     try:
         notebook = json.loads(data.decode("utf-8"))
@@ -199,7 +205,12 @@ def _walk(folder, depth):
     for entry in entries:
         if entry.name.startswith("."):
             continue
-        if entry.is_symlink() and entry.is_dir():
+        try:
+            link_to_folder = entry.is_symlink() and entry.is_dir()
+        except OSError:                                      # a link that loops (ELOOP) or cannot be followed
+            yield Path(entry.path), Path(entry.name)         # named, not counted: "a link that loops"
+            continue
+        if link_to_folder:
             continue                                         # a link to a folder could loop: not followed
         if entry.is_dir(follow_symlinks=False) and depth > 0:
             yield from ((f, Path(entry.name) / rel) for f, rel in _walk(entry.path, depth - 1))
@@ -228,7 +239,8 @@ def find_notebooks(paths):
 def check_report(report, notebooks, *, force=False):
     """Refuse a ``--csv`` report that would destroy something, before any notebook is read: one of
     ``notebooks`` (by any path, link or hard link), a link, a folder, a FIFO or device, an existing
-    file without ``force``, a read-only file, or a folder that is missing or cannot be written."""
+    file without ``force``, a read-only file, or a folder that is missing or cannot be written (tried with a
+    probe file, ``_checks.can_create_file_in``: root passes every permission check, and /proc takes no file)."""
     name = shown(report)
     if os.path.exists(report):
         st = os.stat(report)
@@ -253,7 +265,7 @@ def check_report(report, notebooks, *, force=False):
     if not os.path.isdir(folder):
         _checks.fail("--csv", f"the folder {shown(folder)} does not exist", "create it first, or name a file in a "
                      "folder that exists")
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if not os.access(folder, os.W_OK | os.X_OK) or not _checks.can_create_file_in(folder):   # tried: root passes
         _checks.fail("--csv", f"cannot write into the folder {shown(folder)}", "name a file in a folder you can write")
 
 

@@ -6,7 +6,8 @@ The check a student runs before class and an instructor runs on a JupyterHub ima
 * Python's version (the course needs 3.10 or newer);
 * PyTorch's version and build (CPU, CUDA with its GPU, or Apple's MPS);
 * ipywidgets and JupyterLab's widget support (the lessons' sliders);
-* a notebook kernel starts and runs a line (lessons are notebooks);
+* a notebook kernel starts and runs a line (lessons are notebooks): its kernel.json is read first, so a broken
+  one is named, and a kernel that never answers is stopped after ``KERNEL_TIMEOUT_S``;
 * the lessons are there (an install without its ``lessons/`` has nothing to run);
 * the bundled models load, and their weights match the checksums recorded in ``assets/CHECKSUMS.json``;
 * 20 training steps of the bench's floor (the bare passes of a step), timed: this machine's bench step, and from
@@ -17,8 +18,11 @@ The check a student runs before class and an instructor runs on a JupyterHub ima
 import hashlib
 import importlib
 import json
+import shlex
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 CHECKSUMS = "CHECKSUMS.json"
 """The file under ``assets/`` that records each bundled model file's SHA-256."""
@@ -85,16 +89,50 @@ def check_widgets():
     return Check("widgets", True, ", ".join(versions))
 
 
-def check_kernel(timeout=60):
-    """A python3 kernel is installed, starts, and runs ``1 + 1``."""
+KERNEL_TIMEOUT_S = 60
+"""How long the kernel check waits for the python3 kernel to start and to run a cell (a cold first start of a
+kernel on a slow laptop takes tens of seconds)."""
+
+
+def kernel_spec_problem(folder):
+    """Why the kernel spec in ``folder`` (its ``kernel.json``) cannot start a kernel, in words, or None: the file
+    is read here first, so that a broken one is named (jupyter_client's own errors name no file)."""
+    path = Path(folder) / "kernel.json"
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{path} cannot be read ({type(err).__name__}: {getattr(err, 'strerror', None) or err})"
+    except ValueError as err:
+        return f"{path} is not valid JSON ({err})"
+    if not isinstance(spec, dict):
+        return f"{path} must hold a JSON object, but holds a {type(spec).__name__}"
+    argv = spec.get("argv")
+    if not isinstance(argv, list) or not argv:
+        return f"{path}'s argv (the command that starts the kernel) is {'empty' if argv == [] else 'missing'}"
+    if not all(isinstance(a, str) and a for a in argv):
+        return f"{path}'s argv must be a list of non-empty strings (the command that starts the kernel), got {argv!r}"
+    return None
+
+
+def check_kernel(timeout=KERNEL_TIMEOUT_S):
+    """A python3 kernel is installed, its kernel.json is sound, it starts within ``timeout`` seconds and runs
+    ``1 + 1``. A kernel that never answers is stopped at ``timeout`` and named with the command it ran."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager
         from jupyter_client.manager import start_new_kernel
     except ImportError:
         return Check("notebook kernel", False, "jupyter_client missing", "pip install jupyter")
     fix = f"{sys.executable} -m pip install ipykernel && {sys.executable} -m ipykernel install --user"
-    if "python3" not in KernelSpecManager().find_kernel_specs():
+    folder = KernelSpecManager().find_kernel_specs().get("python3")
+    if folder is None:
         return Check("notebook kernel", False, "no python3 kernel is installed", fix)
+    problem = kernel_spec_problem(folder)
+    if problem:                                 # found before --user's, so installing again would not replace it
+        return Check("notebook kernel", False, f"the python3 kernel cannot start: {problem}",
+                     f"repair that file, or remove its folder (rm -r {shlex.quote(str(folder))}) and run {fix}: "
+                     "a kernel in that folder is found before the one ipykernel installs")
+    command = " ".join(json.loads((Path(folder) / "kernel.json").read_text(encoding="utf-8"))["argv"])
+    start = time.monotonic()
     try:
         manager, client = start_new_kernel(kernel_name="python3", startup_timeout=timeout)
         try:
@@ -103,7 +141,12 @@ def check_kernel(timeout=60):
             client.stop_channels()
             manager.shutdown_kernel(now=True)
     except Exception as err:                                   # noqa: BLE001 - any failure means no kernel
-        return Check("notebook kernel", False, f"the python3 kernel did not start ({type(err).__name__}: {err})", fix)
+        if time.monotonic() - start >= timeout:
+            return Check("notebook kernel", False, f"the python3 kernel did not answer within {timeout} s, so it was "
+                         f"stopped (its command, from {Path(folder) / 'kernel.json'}: {command})",
+                         f"run that command yourself to see where it hangs, or reinstall the kernel: {fix}")
+        return Check("notebook kernel", False, f"the python3 kernel did not start ({type(err).__name__}: {err}; its "
+                     f"command, from {Path(folder) / 'kernel.json'}: {command})", fix)
     ok = reply["content"]["status"] == "ok"
     return Check("notebook kernel", ok, "python3 starts and runs a cell" if ok else "python3 failed to run a cell", fix)
 
@@ -232,15 +275,27 @@ def check_speed(steps=20, measure=None):
     return Check("speed", True, detail)
 
 
-def doctor(*, kernel=True, speed=True):
-    """Run every check: ``(checks, info)``; ``info["ok"]`` is False when anything would stop a lesson."""
-    checks = [check_python(), check_torch(), check_widgets(), check_lessons()]
+def doctor(*, kernel=True, speed=True, say=None):
+    """Run every check: ``(checks, info)``; ``info["ok"]`` is False when anything would stop a lesson. With
+    ``say`` (e.g. ``print``), each check's line is said as soon as it is known, and a line before the kernel
+    check says how long it may wait, so no wait is silent."""
+    checks = []
+
+    def run(check, *args):
+        checks.append(check(*args))
+        if say:
+            say(checks[-1].line())
+
+    for check in (check_python, check_torch, check_widgets, check_lessons):
+        run(check)
     if kernel:
-        checks.append(check_kernel())
+        if say:
+            say(f"… starting a python3 kernel (waits at most {KERNEL_TIMEOUT_S} s)")
+        run(check_kernel)
     if checks[1].ok:
-        checks.append(check_models())
+        run(check_models)
         if speed:
-            checks.append(check_speed())
+            run(check_speed)
     return checks, {"ok": all(c.ok for c in checks)}
 
 
@@ -252,9 +307,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="grpo-edu doctor", description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-speed", action="store_true", help="skip the timed 20-step run")
     args = command_line.parse_args(parser, argv)
-    checks, info = doctor(speed=not args.no_speed)
-    for check in checks:
-        print(check.line(), flush=True)
+    checks, info = doctor(speed=not args.no_speed, say=lambda line: print(line, flush=True))
     print("ready for the lessons" if info["ok"] else "something above would stop a lesson: apply its fix and run "
                                                      "grpo-edu doctor again")
     return 0 if info["ok"] else 1

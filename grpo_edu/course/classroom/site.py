@@ -16,17 +16,20 @@ a classroom with no internet:
 
 The build is ``sphinx-build -W -n``: a warning, a broken internal link or anchor included, is an
 error. ``tests/test_site.py`` builds the site and opens every page in Chromium.
+
+The build never leaves a mess (``site_folder``): ``--out`` is checked before anything is staged, claimed by one
+build at a time, and named as half-built when a build was killed; sphinx-build dies with the build.
 """
 
 import argparse
 import json
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from grpo_edu.course.classroom.site_folder import check_out, claim, run_tied, staging, sweep_staging
 
 ROOT = Path(__file__).resolve().parents[3]
 """The checkout the site is built from: README.md, docs/, lessons/, assets/figures/."""
@@ -200,26 +203,25 @@ def stage(root, src):
 def build(out, *, root=ROOT, jobs=1):
     """Build the site into ``out`` (``sphinx-build -W -n``); return {"pages", "seconds", "bytes", ...}.
 
-    ``out`` must be a new or empty folder (the build never deletes files of yours).
+    ``out`` must be a new or empty folder that can be written (the build never deletes files of yours);
+    it is checked before anything is staged, and claimed for this build alone while it runs
+    (``site_folder.claim``).
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out: {out} is a file. Fix: name a new folder, e.g. site/")
-    if out.exists() and any(out.iterdir()):
-        raise ValueError(f"--out: {out} is not an empty folder. Fix: name a new folder, e.g. site/, or empty this one")
+    sweep_staging()                                    # what killed builds left in the temporary folder
+    check_out(out)
     missing = [m for m in ("sphinx", "myst_nb", "sphinx_book_theme", "jieba") if _absent(m)]
     if missing:
         raise ValueError(f"the site's packages are not installed ({', '.join(missing)}). Fix: "
                          "pip install -e \".[site]\" (the dev extra brings them too)")
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as work:
-        src = Path(work) / "src"
+    with claim(out), staging() as work:
+        src = work / "src"
         staged = stage(root, src)
-        result = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-n", "--keep-going", "-q", "-b", "html",
-                                 "-j", str(jobs), "-d", str(Path(work) / "doctrees"), str(src), str(out)],
-                                capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"sphinx-build failed (warnings are errors):\n{result.stderr[-6000:]}")
+        result = run_tied("sphinx", ["-W", "-n", "--keep-going", "-q", "-b", "html", "-j", str(jobs),
+                                     "-d", str(work / "doctrees"), str(src), str(out)])
+        if result.returncode != 0:
+            raise RuntimeError(f"sphinx-build failed (warnings are errors):\n{result.stderr[-6000:]}")
     pages = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html")
                    if not p.relative_to(out).as_posix().startswith("_"))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
