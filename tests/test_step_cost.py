@@ -222,7 +222,9 @@ def test_a_trl_that_fails_to_import_never_stops_the_bench(no_trl, capsys, monkey
         monkeypatch.delitem(sys.modules, name)
     ran = []
     fake = {"median_step_s": 1.0, "tokens_per_s": 1.0, "first_step_s": 1.0, "peak_rss_mib": 1.0, "limit_s": 0.5,
-            "flops": 1e9, "matmul_flops_per_s": 2e9, "parts_s": dict.fromkeys(step_cost.PARTS, 0.2)}
+            "flops": 1e9, "matmul_flops_per_s": 2e9, "parts_s": dict.fromkeys(step_cost.PARTS, 0.2),
+            "roofline": {"flops": dict.fromkeys(step_cost.PARTS, 1e8), "bytes": dict.fromkeys(step_cost.PARTS, 1e7),
+                         "bytes_per_s": 1e10}}
     monkeypatch.setattr(bench, "_run_child", lambda name, steps, warmup, **kw: ran.append(name) or fake)
     argv = ["bench", "--steps", "1", "--warmup", "0", "--rounds", "1"] + (["--no-trl"] if no_trl else [])
     assert main(argv) == 0
