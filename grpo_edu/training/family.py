@@ -318,11 +318,9 @@ class DPOTrainer(_FamilyTrainer):
         return self._finish(step, t0, rows, rollout, rewards, reward_info, update)
 
     def _dpo_update(self, rollout, pairs):
-        """``num_iterations`` AdamW steps on the DPO loss of the P pairs, micro-batched by pairs.
-
-        The loss is a mean over pairs, so each micro-batch of k pairs adds its own mean × k / P: the gradient
-        is that of all P pairs at once. A pair is the smallest unit (its two answers meet in one loss), so a
-        forward holds max(1, ``micro_batch_size`` // 2) pairs: 2 answers when ``micro_batch_size`` is 1."""
+        """``num_iterations`` AdamW steps on the DPO loss of the P pairs, micro-batched by pairs: a chunk of k pairs
+        adds its mean loss × k / P, so the gradient is that of the P pairs at once. A pair's two answers meet in one
+        loss, so a forward holds max(1, ``micro_batch_size`` // 2) pairs."""
         c = self.config
         P = pairs.shape[0]
         chosen_rejected = pairs.reshape(-1)                                              # y_w, y_l, y_w, … (2P,)
@@ -333,27 +331,24 @@ class DPOTrainer(_FamilyTrainer):
         k = max(1, (c.micro_batch_size or 2 * P) // 2)                                   # pairs per forward
         chunks = [slice(2 * s, 2 * min(s + k, P)) for s in range(0, P, k)]              # rows of k pairs each
         with torch.no_grad():
-            ref_seq = torch.cat([sequence_logprobs(completion_logprobs(
-                self.ref_model, input_ids[rows], attention[rows], T, temperature=c.temperature)[0], mask[rows])
-                for rows in chunks]).view(-1, 2)                                         # log π_ref(y_w), (y_l), (P, 2)
+            ref_seq = torch.cat([sequence_logprobs(completion_logprobs(self.ref_model, input_ids[rows], attention[rows],
+                                 T, temperature=c.temperature)[0], mask[rows]) for rows in chunks]).view(-1, 2)
         stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": None, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
                  "reward_margin": 0.0, "reward_accuracy": 0.0}
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            margin = accuracy = 0.0
             for rows in chunks:
                 logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention[rows], T,
                                                         temperature=c.temperature, with_entropy=True)
-                seq = sequence_logprobs(logprobs, mask[rows]).view(-1, 2)                # (k, 2)
-                ref = ref_seq[rows.start // 2:rows.stop // 2]                            # (k, 2)
+                seq = sequence_logprobs(logprobs, mask[rows]).view(-1, 2)                # log π(y_w), π(y_l), (k, 2)
+                ref = ref_seq[rows.start // 2:rows.stop // 2]                            # the same under π_ref
                 loss, info = dpo_loss(seq[:, 0], seq[:, 1], ref[:, 0], ref[:, 1], beta=self.family.beta)
                 share = seq.shape[0] / P                                                 # its part of the pair mean
                 (loss * share).backward()
-                stats["loss"] += float(loss.detach()) * share / c.num_iterations
+                info["loss"] = float(loss.detach())
+                for key in ("loss", "reward_margin", "reward_accuracy"):
+                    stats[key] += info[key] * share / c.num_iterations
                 stats["entropy"] += float((entropy * mask[rows]).sum() / mask.sum()) / c.num_iterations
-                margin += info["reward_margin"] * share
-                accuracy += info["reward_accuracy"] * share
-            stats["reward_margin"], stats["reward_accuracy"] = margin, accuracy          # the last update's
             stats["grad_norm"] = self._clip_and_step(self.optimizer, self.model.parameters())
         return stats
 
