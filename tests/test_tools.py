@@ -119,7 +119,8 @@ def _loop_seconds():
 def test_a_tool_that_never_returns_is_stopped_so_later_calls_are_not_slowed(tool_tokenizer):
     """The stuck call's worker process is killed at timeout_s: nothing keeps spinning, so neither the next
     calls nor this process's own Python slow down (an abandoned thread would hold the GIL for ever)."""
-    threads, before = threading.active_count(), min(_loop_seconds() for _ in range(3))
+    threads, children = threading.active_count(), set(multiprocessing.active_children())
+    before = min(_loop_seconds() for _ in range(5))
     tool = Tool(function=_spin, timeout_s=0.1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -127,9 +128,9 @@ def test_a_tool_that_never_returns_is_stopped_so_later_calls_are_not_slowed(tool
             start = time.perf_counter()
             ids, info = tool.run("1+2", tool_tokenizer)
             assert info["failed"] and "time limit" in info["problem"]
-            assert time.perf_counter() - start < 1.5                           # each call: its limit and a restart
-    assert threading.active_count() == threads and multiprocessing.active_children() == []
-    assert min(_loop_seconds() for _ in range(3)) < 3 * before + 0.02       # nothing competes for the GIL
+            assert time.perf_counter() - start < 5.0                           # each call: its limit and a restart
+    assert threading.active_count() == threads and set(multiprocessing.active_children()) <= children
+    assert min(_loop_seconds() for _ in range(5)) < 3 * before + 0.02       # nothing competes for the GIL
     ids, info = Tool(function=lambda text: "=3").run("1+2", tool_tokenizer)  # a good tool still answers
     assert not info["failed"] and tool_tokenizer.decode(ids) == "=3"
 
