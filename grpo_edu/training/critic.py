@@ -14,8 +14,8 @@ language-model head. Why a second model and not a value head on the policy:
 V(s_t) is read where log π(o_t | q, o_<t) is read: at the position *before* completion token t (the state
 the token is chosen in), as verl slices ``values[:, -T - 1:-1]``. The head starts at zero, so V = 0 at the
 first step: GAE's Â then equals the reward-to-go, REINFORCE's, until the critic has learned something.
-With a LoRA policy (``lora_rank``) the critic copies the policy with its adapter merged in, and trains all of
-its own weights: the adapter saves the policy's optimizer state, not the critic's.
+With a LoRA policy (``lora_rank``) the critic copies the policy with its adapter merged in and trains all of
+its own weights: LoRA shrinks what the policy trains, not what the critic trains.
 
 Shapes: N sequences, L = prompt + completion tokens, T completion tokens, H hidden size.
 """

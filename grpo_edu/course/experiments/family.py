@@ -528,6 +528,7 @@ def main(argv=None):
         print(f"resuming {args.json}: {done} finished runs kept")
     results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True,
                          results=stored["results"], on_row=lambda _: kept.save())
+    stored["results"] = results
     noise = stored["gradient_noise"]
     for seed in args.seeds:
         missing = [name for name in args.methods if name not in noise.get(str(seed), {})]
