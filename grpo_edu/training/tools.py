@@ -197,10 +197,20 @@ class Tool:
         return {**self.__dict__, "_worker": None}
 
 
-@functools.lru_cache(maxsize=16)
 def _longest_token_chars(tokenizer):
     """The most characters one token of ``tokenizer`` writes (≥ 1): its vocabulary's longest entry. A byte-level
-    entry is at least as long as the text it decodes to, so n tokens write at most n × this many characters."""
+    entry is at least as long as the text it decodes to, so n tokens write at most n × this many characters.
+    A tokenizer without ``get_vocab`` sets no bound (inf): its replies are measured in tokens only."""
+    try:
+        return _longest_known(tokenizer)
+    except TypeError:                                  # an unhashable tokenizer: not cached
+        return _longest_known.__wrapped__(tokenizer)
+
+
+@functools.lru_cache(maxsize=16)
+def _longest_known(tokenizer):
+    if not callable(getattr(tokenizer, "get_vocab", None)):
+        return float("inf")
     return max(1, max((len(token) for token in tokenizer.get_vocab()), default=1))
 
 
