@@ -97,3 +97,9 @@ def test_an_existing_file_is_refused_naming_resume_and_overwrite(tmp_path, capsy
 def test_a_nan_in_a_row_is_stored_as_null_so_the_file_stays_json():
     assert course_family._finite({"a": [1.0, float("nan")], "b": float("inf"), "c": "x"}) == {
         "a": [1.0, None], "b": None, "c": "x"}
+
+
+def test_the_gradient_noise_scores_its_own_group_size():
+    """num_generations=4 on the adder's budget (G = 8): the rewards are scored in groups of 4, not 8."""
+    noise = course_family.gradient_noise(["grpo"], resamples=2, batch_size=2, num_generations=4)
+    assert noise["grpo"]["used"] == 2

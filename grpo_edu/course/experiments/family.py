@@ -24,6 +24,7 @@ and ``--resume`` continues it, skipping the finished (method, seed) runs. A file
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -177,9 +178,10 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     from grpo_edu.core.rejection_sampling import select_correct, sft_loss
     from grpo_edu.training.family import FamilyConfig
     from grpo_edu.training.rollout import completion_logprobs
+    from grpo_edu.training.tools import trained_mask
 
     f = family or FamilyConfig()
-    mask = rollout.completion_mask
+    mask = trained_mask(rollout)                                  # every method's rule (a tool's replies out)
     logprobs, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, mask.shape[1])
     if name in ("grpo", "reinforce"):
         adv = estimate_advantages(rewards, estimator=name).reshape(-1)                    # (N,)
@@ -225,9 +227,12 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_ge
 
     from grpo_edu.training.trainer import GRPOTrainer
 
-    base = GRPOTrainer(_config(seed, eval_size=0, model=model))
+    config = _config(seed, eval_size=0, model=model)
+    if num_generations is not None:                                # the rewards are scored in groups of G
+        config = dataclasses.replace(config, num_generations=num_generations)
+    base = GRPOTrainer(config)
     batch_size = base.config.batch_size if batch_size is None else batch_size
-    num_generations = base.config.num_generations if num_generations is None else num_generations
+    num_generations = base.config.num_generations
     model, tokenizer = base.model, base.tokenizer
     rows = base.batch_for(1)[:batch_size]
     critic = Critic(model)
