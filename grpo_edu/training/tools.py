@@ -19,7 +19,9 @@ Where a tool runs: a tool's function runs in a **worker process** of its own (:c
 that never returns can be *stopped*, not only abandoned: at ``timeout_s`` the worker is killed and the
 next call starts a fresh one (Python cannot kill a thread; an abandoned thread would spin on and slow
 every later batch). The built-in :func:`calculator` runs in the sampler's own process: it is a parser of
-at most 8 numbers that cannot hang, and a process round trip would cost more than the parse.
+at most 8 numbers that cannot hang, and a process round trip would cost more than the parse. What a tool
+keeps between calls (a counter, a cache) lives in its worker: the run's process does not see it, and a
+restart after a timeout starts it afresh.
 
 Every method's loss sees the same tokens, :func:`trained_mask`: GRPO's, REINFORCE's, PPO's policy and
 critic, rejection sampling's and DPO's (``training.family``).
