@@ -147,3 +147,14 @@ def test_trls_dpo_loss_and_gradient_equal_ours_on_the_same_batch(random_model, c
     assert len(compared) == len(params)                            # every weight gets a gradient from both
     for a, b in compared:
         assert torch.allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf"), float("inf")])
+@pytest.mark.parametrize("where", ["chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"])
+def test_nan_or_infinite_log_probs_are_refused_not_a_nan_loss(where, bad):
+    """An answer of probability 0 under both models (−inf − −inf) or a NaN would make the loss NaN."""
+    args = {name: torch.tensor([-1.0, -2.0]) for name in
+            ("chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps")}
+    args[where] = torch.tensor([-1.0, bad])
+    with pytest.raises(ValueError, match=f"^{where}: holds NaN or infinite values.*Fix: "):
+        dpo_loss(**args)

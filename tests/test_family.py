@@ -334,3 +334,53 @@ def test_an_empty_folder_is_refused_naming_the_command(tmp_path):
 
     with pytest.raises(ValueError, match="^folder: .*grpo-edu family --seeds 0 1 2 --json FILE"):
         course_family.stored_runs(tmp_path)
+
+
+# --- micro-batches, LoRA, and settings a method has no use for ---------------------------------------------------
+def test_dpo_with_micro_batches_takes_the_whole_batchs_step_with_smaller_forwards(random_model, char_tokenizer,
+                                                                                   monkeypatch):
+    """micro_batch_size = 2: every forward of the update holds one pair (2 answers), and the weights after the
+    step equal those of the whole batch in one pass (the pair mean split by each micro-batch's share)."""
+    import copy
+
+    import grpo_edu.training.family as family
+
+    rows_seen, forward = [], family.completion_logprobs
+
+    def spy(model, input_ids, *args, **kwargs):
+        rows_seen.append(input_ids.shape[0])
+        return forward(model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(family, "completion_logprobs", spy)
+    after = {}
+    for micro in (None, 2):
+        rows_seen.clear()
+        t = _trainer(DPOTrainer, copy.deepcopy(random_model), char_tokenizer, micro_batch_size=micro,
+                     num_iterations=2)
+        m = t.step()
+        assert not m["skipped"] and m["pair_fraction"] > 0.5
+        after[micro] = [m["loss"], m["reward_margin"]] + [p.detach().clone() for p in t.model.parameters()]
+        if micro:
+            assert max(rows_seen) == 2 and len(rows_seen) > 3, rows_seen
+        else:
+            assert max(rows_seen) > 2
+    assert after[2][:2] == pytest.approx(after[None][:2], rel=1e-5)        # the loss and margin the step logged
+    for whole, split in zip(after[None][2:], after[2][2:]):
+        torch.testing.assert_close(split, whole, atol=1e-6, rtol=1e-5)
+
+
+def test_ppo_with_lora_trains_the_adapter_and_a_full_critic(random_model, char_tokenizer):
+    t = _trainer(PPOTrainer, random_model, char_tokenizer, lora_rank=4)
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
+    m = t.step()
+    assert math.isfinite(m["value_loss"]) and math.isfinite(m["loss"])
+    assert all(n.count("lora_") for n in before)                          # only the adapter trains in the policy
+    assert any(not torch.equal(p, before[n]) for n, p in t.model.named_parameters() if n in before)
+    assert type(t.critic.body).__name__ == "LlamaModel" and not any("lora" in n for n, _ in t.critic.named_parameters())
+
+
+@pytest.mark.parametrize("method", ["grpo", "reinforce"])
+def test_a_family_config_given_to_grpo_or_reinforce_is_refused(method, random_model, char_tokenizer):
+    with pytest.raises(ValueError, match=f"^family: has no setting {method} uses.*Fix: "):
+        make_trainer(method, _config(), family=FamilyConfig(beta=0.5), model=random_model, tokenizer=char_tokenizer,
+                     train_rows=ROWS)

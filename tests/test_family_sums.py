@@ -47,12 +47,12 @@ def test_the_model_option_reaches_every_part_of_the_run_and_the_stored_file(tmp_
 
     seen = {}
 
-    def fake_comparison(names, seeds, *, steps=None, model="adder", progress=False):
+    def fake_comparison(names, seeds, *, steps=None, model="adder", progress=False, results=None, on_row=None):
         seen["comparison"] = model
         return {name: [{**{m: 0.5 for m in family.METRICS}, "seed": s, "tokens_to_target": None,
                         "steps_to_target": None, "curve": [0.5]} for s in seeds] for name in names}
 
-    def fake_noise(names, *, resamples, seed, model="adder"):
+    def fake_noise(names, *, resamples, seed, model="adder", progress=False):
         seen.setdefault("noise", []).append(model)
         return {name: {"noise_to_signal": 1.0, "used": resamples} for name in names}
 

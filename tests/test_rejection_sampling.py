@@ -82,3 +82,11 @@ def test_bad_input_is_refused_naming_the_argument():
         sft_loss(logprobs, mask, torch.tensor([True, False]))
     with pytest.raises(ValueError, match=r"^keep: must be 3 booleans.*Fix"):
         sft_loss(logprobs, mask, torch.tensor([1.0, 0.0, 1.0]))           # rewards passed for the kept mask
+
+
+@pytest.mark.parametrize("keep", [[True, False], [False, True]], ids=["on a kept answer", "on a dropped one"])
+def test_nan_log_probs_are_refused_not_a_nan_loss(keep):
+    """NaN · 0 is NaN, so a dropped answer's NaN would make the loss NaN too."""
+    logprobs = torch.tensor([[math.nan, -1.0], [-1.0, -1.0]])
+    with pytest.raises(ValueError, match="^logprobs: holds NaN or infinite values.*Fix: "):
+        sft_loss(logprobs, torch.ones(2, 2), torch.tensor(keep))

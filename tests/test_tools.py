@@ -1,6 +1,11 @@
 """Tools and multi-turn rollouts: the calculator's parser, containment of a bad tool, the sampler's
 tool mask and ids, the loss against TRL 1.16's ``_compute_loss`` with a ``tool_mask``, and the trainer's hook."""
 
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
 import time
 import warnings
 
@@ -44,7 +49,8 @@ def test_the_calculator_adds_subtracts_and_multiplies_as_in_school(call, reply):
 
 
 @pytest.mark.parametrize("call", ["", "12+", "+3", "1++2", "1/2", "2**3", "__import__('os')", " 1+2", "1e3",
-                                  "1234567890123+1", "+".join(["1"] * 9)])
+                                  "1234567890123+1", "+".join(["1"] * 9),
+                                  "١٢٣+1", "１２+３", "𝟏𝟐+1", "12+3\n", "12\n"])     # only ASCII digits, nothing after
 def test_the_calculator_refuses_anything_but_its_syntax(call):
     with pytest.raises(ToolCallError):
         calculator(call)
@@ -57,8 +63,14 @@ def _hang(text):
     return "=1"
 
 
+def _exits(text):
+    raise SystemExit(3)
+
+
 BAD_TOOLS = {
     "raises": (lambda text: 1 / 0, "ZeroDivisionError"),
+    "exits": (_exits, "SystemExit"),
+    "ends its process": (lambda text: os._exit(1), "ended its worker process"),
     "returns a non-string": (lambda text: 357, "not a string"),
     "returns characters the tokenizer cannot encode": (lambda text: "=x", "cannot encode"),
     "returns a special token": (lambda text: "=1<eos>", "special tokens"),
@@ -80,6 +92,77 @@ def test_a_bad_tool_is_contained_and_reported_once_by_name(case, tool_tokenizer)
         assert ids == error_ids and info["failed"] and words in info["problem"]
     assert len(caught) == 1, [str(w.message) for w in caught]           # reported once
     assert "'broken'" in str(caught[0].message) and words in str(caught[0].message)
+
+
+def test_a_10_mb_reply_is_refused_by_its_length_before_it_is_tokenized(tool_tokenizer):
+    tool = Tool(function=lambda text: "=" + "1" * 10_000_000, max_result_tokens=8)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ids, info = tool.run("1+2", tool_tokenizer)
+    assert info["failed"] and "characters" in info["problem"] and time.perf_counter() - start < 2.0
+    tool.close()
+
+
+def _spin(text):
+    while True:
+        pass
+
+
+def _loop_seconds():
+    start = time.perf_counter()
+    for _ in range(300_000):
+        pass
+    return time.perf_counter() - start
+
+
+def test_a_tool_that_never_returns_is_stopped_so_later_calls_are_not_slowed(tool_tokenizer):
+    """The stuck call's worker process is killed at timeout_s: nothing keeps spinning, so neither the next
+    calls nor this process's own Python slow down (an abandoned thread would hold the GIL for ever)."""
+    threads, children = threading.active_count(), set(multiprocessing.active_children())
+    before = min(_loop_seconds() for _ in range(5))
+    tool = Tool(function=_spin, timeout_s=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(8):
+            start = time.perf_counter()
+            ids, info = tool.run("1+2", tool_tokenizer)
+            assert info["failed"] and "time limit" in info["problem"]
+            assert time.perf_counter() - start < 5.0                           # each call: its limit and a restart
+    assert threading.active_count() == threads and set(multiprocessing.active_children()) <= children
+    assert min(_loop_seconds() for _ in range(5)) < 3 * before + 0.02       # nothing competes for the GIL
+    ids, info = Tool(function=lambda text: "=3").run("1+2", tool_tokenizer)  # a good tool still answers
+    assert not info["failed"] and tool_tokenizer.decode(ids) == "=3"
+
+
+def test_a_stuck_tools_worker_ends_with_the_run_even_after_a_kill():
+    """The run dies without a word (os._exit, as after kill -9) while its tool spins: the worker ends too."""
+    code = ("import threading, time, os\n"
+            "from grpo_edu.training.tools import Tool\n"
+            "from grpo_edu.training.tokenizer import CHARS, build_char_tokenizer\n"
+            "def spin(text):\n    while True: pass\n"
+            "tool = Tool(function=spin, timeout_s=60)\n"
+            "threading.Thread(target=tool.run, args=('1+2', build_char_tokenizer(CHARS + '[]?#')), daemon=True).start()\n"
+            "while getattr(getattr(tool._worker, 'process', None), 'pid', None) is None: time.sleep(0.01)\n"
+            "print(tool._worker.process.pid, flush=True); time.sleep(0.3); os._exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    pid = int(done.stdout.split()[0])
+    deadline = time.time() + 5
+    while time.time() < deadline and _alive(pid):
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:                                               # a zombie of another parent counts as ended
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def test_a_malformed_call_fails_without_a_warning_and_a_good_one_returns_its_reply(tool_tokenizer):

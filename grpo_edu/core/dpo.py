@@ -84,6 +84,12 @@ def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
         if tuple(getattr(x, "shape", ())) != shape:
             _checks.fail(name, f"shape {tuple(getattr(x, 'shape', ()))} does not match chosen_logps shape {shape}",
                          "pass one summed log-prob per pair, (P,) like chosen_logps")
+    for name, x in (("chosen_logps", chosen_logps), ("rejected_logps", rejected_logps),
+                    ("ref_chosen_logps", ref_chosen_logps), ("ref_rejected_logps", ref_rejected_logps)):
+        if not bool(torch.isfinite(x).all()):         # NaN, or −inf (an answer of probability 0): a NaN loss
+            _checks.fail(name, "holds NaN or infinite values, so the loss would be NaN",
+                         "fix what produced them (a diverged model, or an answer the model gives probability 0) "
+                         "before computing the DPO loss")
     # log π_θ(y) − log π_ref(y), for y_w and y_l
     chosen_logratios = chosen_logps - ref_chosen_logps.detach()               # (P,)
     rejected_logratios = rejected_logps - ref_rejected_logps.detach()         # (P,)

@@ -72,6 +72,9 @@ def sft_loss(logprobs, mask, keep):
         _checks.fail("keep", f"must be {logprobs.shape[0]} booleans, one per completion, got "
                      f"{keep.dtype} of {keep.shape[0]}", "pass the mask select_correct(rewards) returns")
     kept = mask.to(logprobs.dtype) * keep.to(logprobs.dtype).unsqueeze(1)     # m_{i,t} for i ∈ K, (N, T)
+    if not bool(torch.isfinite(logprobs.detach()).all()):     # NaN · 0 is NaN: even a dropped answer's would do
+        _checks.fail("logprobs", "holds NaN or infinite values, so the loss would be NaN",
+                     "fix what produced them (a diverged model) before computing the loss")
     num_tokens = int(kept.sum())
     # L = −Σ_{i∈K,t} log π_θ(o_{i,t}) / Σ_{i∈K} |o_i|
     loss = -(logprobs * kept).sum() / max(num_tokens, 1)

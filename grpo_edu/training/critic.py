@@ -14,6 +14,8 @@ language-model head. Why a second model and not a value head on the policy:
 V(s_t) is read where log π(o_t | q, o_<t) is read: at the position *before* completion token t (the state
 the token is chosen in), as verl slices ``values[:, -T - 1:-1]``. The head starts at zero, so V = 0 at the
 first step: GAE's Â then equals the reward-to-go, REINFORCE's, until the critic has learned something.
+With a LoRA policy (``lora_rank``) the critic copies the policy with its adapter merged in and trains all of
+its own weights: LoRA shrinks what the policy trains, not what the critic trains.
 
 Shapes: N sequences, L = prompt + completion tokens, T completion tokens, H hidden size.
 """
@@ -46,6 +48,8 @@ class Critic(torch.nn.Module):
     def __init__(self, policy):
         super().__init__()
         hidden = hidden_size_of(policy)
+        if callable(getattr(policy, "merge_and_unload", None)):    # a LoRA policy (peft): its body with the
+            policy = copy.deepcopy(policy).merge_and_unload()       # adapter merged in, a plain model to copy
         body = getattr(policy, "base_model", None)
         if body is None or body is policy:
             _checks.fail("model", f"{type(policy).__name__} has no separate transformer body (base_model) to "

@@ -42,6 +42,7 @@ from grpo_edu.core.rejection_sampling import select_correct, sft_loss
 from grpo_edu.core.schedule import learning_rate_at
 from grpo_edu.training.critic import Critic
 from grpo_edu.training.rollout import completion_logprobs
+from grpo_edu.training.tools import trained_mask
 from grpo_edu.training.trainer import GRPOTrainer
 
 
@@ -119,6 +120,11 @@ class _FamilyTrainer(GRPOTrainer):
             callback(metrics)
         return metrics
 
+    def _mask(self, rollout):
+        """The tokens this method learns from, (N, T): GRPO's rule (``tools.trained_mask``), so a tool's reply
+        tokens enter no method's loss: not SFT's NLL, not DPO's log π(y), not the critic's value loss."""
+        return trained_mask(rollout, self.tool)
+
     def _clip_and_step(self, optimizer, parameters):
         """Clip the gradient (max_grad_norm) and take one optimizer step; returns the norm before clipping."""
         norm = 0.0
@@ -168,7 +174,7 @@ class PPOTrainer(_FamilyTrainer):
     def token_advantages(self, rollout, rewards):
         """Â_{i,t} by GAE over the critic's current values: (advantages, returns, old_values), each (N, T)."""
         f = self.family
-        mask = rollout.completion_mask                                                   # (N, T)
+        mask = self._mask(rollout)                                                       # (N, T), no tool reply
         with torch.no_grad():
             old_values = self.critic(rollout.input_ids, rollout.attention_mask, mask.shape[1])   # V_old(s_t), (N, T)
         advantages, info = gae_advantages(rewards.reshape(-1).to(old_values.dtype).cpu(), old_values.cpu(),
@@ -182,7 +188,7 @@ class PPOTrainer(_FamilyTrainer):
         lr = learning_rate_at(step, self.schedule.total_steps, self.family.critic_learning_rate, c.lr_scheduler_type)
         for group in self.critic_optimizer.param_groups:
             group["lr"] = lr
-        mask = rollout.completion_mask                                                   # (N, T)
+        mask = self._mask(rollout)                                                       # (N, T), no tool reply
         N, T = mask.shape
         mb = c.micro_batch_size or N
         stats = {"value_loss": 0.0, "value_clip_fraction": 0.0, "value_mean": 0.0, "critic_grad_norm": 0.0}
@@ -233,7 +239,7 @@ class RejectionSamplingTrainer(_FamilyTrainer):
     def _sft_update(self, rollout, keep):
         """``num_iterations`` AdamW steps on the kept answers' NLL, micro-batched, token-mean over all kept tokens."""
         c = self.config
-        mask = rollout.completion_mask                                                   # (N, T)
+        mask = self._mask(rollout)                                                       # (N, T), no tool reply
         N, T = mask.shape
         total = float((mask * keep.unsqueeze(1)).sum())                                  # kept tokens in the step
         mb = c.micro_batch_size or N
@@ -312,28 +318,37 @@ class DPOTrainer(_FamilyTrainer):
         return self._finish(step, t0, rows, rollout, rewards, reward_info, update)
 
     def _dpo_update(self, rollout, pairs):
-        """``num_iterations`` AdamW steps on the DPO loss of the P pairs (one pass: P ≤ B rows, 2P answers)."""
+        """``num_iterations`` AdamW steps on the DPO loss of the P pairs, micro-batched by pairs: a chunk of k pairs
+        adds its mean loss × k / P, so the gradient is that of the P pairs at once. A pair's two answers meet in one
+        loss, so a forward holds max(1, ``micro_batch_size`` // 2) pairs."""
         c = self.config
+        P = pairs.shape[0]
         chosen_rejected = pairs.reshape(-1)                                              # y_w, y_l, y_w, … (2P,)
         input_ids = rollout.input_ids[chosen_rejected]                                   # (2P, P+T)
         attention = rollout.attention_mask[chosen_rejected]
-        mask = rollout.completion_mask[chosen_rejected]                                  # (2P, T)
+        mask = self._mask(rollout)[chosen_rejected]                                      # (2P, T), no tool reply
         T = mask.shape[1]
+        k = max(1, (c.micro_batch_size or 2 * P) // 2)                                   # pairs per forward
+        chunks = [slice(2 * s, 2 * min(s + k, P)) for s in range(0, P, k)]              # rows of k pairs each
         with torch.no_grad():
-            ref, _ = completion_logprobs(self.ref_model, input_ids, attention, T, temperature=c.temperature)
-        ref_seq = sequence_logprobs(ref, mask).view(-1, 2)                               # log π_ref(y_w), (y_l), (P, 2)
-        stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": None, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0}
+            ref_seq = torch.cat([sequence_logprobs(completion_logprobs(self.ref_model, input_ids[rows], attention[rows],
+                                 T, temperature=c.temperature)[0], mask[rows]) for rows in chunks]).view(-1, 2)
+        stats = {"loss": 0.0, "clip_fraction": 0.0, "kl": None, "ratio_mean": 1.0, "entropy": 0.0, "grad_norm": 0.0,
+                 "reward_margin": 0.0, "reward_accuracy": 0.0}
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            logprobs, entropy = completion_logprobs(self.model, input_ids, attention, T, temperature=c.temperature,
-                                                    with_entropy=True)
-            seq = sequence_logprobs(logprobs, mask).view(-1, 2)                          # (P, 2)
-            loss, info = dpo_loss(seq[:, 0], seq[:, 1], ref_seq[:, 0], ref_seq[:, 1], beta=self.family.beta)
-            loss.backward()
-            stats["loss"] += float(loss.detach()) / c.num_iterations
-            stats["entropy"] += float((entropy * mask).sum() / mask.sum()) / c.num_iterations
-            stats["reward_margin"] = info["reward_margin"]
-            stats["reward_accuracy"] = info["reward_accuracy"]
+            for rows in chunks:
+                logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention[rows], T,
+                                                        temperature=c.temperature, with_entropy=True)
+                seq = sequence_logprobs(logprobs, mask[rows]).view(-1, 2)                # log π(y_w), π(y_l), (k, 2)
+                ref = ref_seq[rows.start // 2:rows.stop // 2]                            # the same under π_ref
+                loss, info = dpo_loss(seq[:, 0], seq[:, 1], ref[:, 0], ref[:, 1], beta=self.family.beta)
+                share = seq.shape[0] / P                                                 # its part of the pair mean
+                (loss * share).backward()
+                info["loss"] = float(loss.detach())
+                for key in ("loss", "reward_margin", "reward_accuracy"):
+                    stats[key] += info[key] * share / c.num_iterations
+                stats["entropy"] += float((entropy * mask[rows]).sum() / mask.sum()) / c.num_iterations
             stats["grad_norm"] = self._clip_and_step(self.optimizer, self.model.parameters())
         return stats
 
@@ -356,9 +371,11 @@ def make_trainer(method, config, *, family=None, **kwargs):
     cls, changes = METHODS[method]
     config = dataclasses.replace(config, **changes)
     if cls is GRPOTrainer:
-        if family is not None and not isinstance(family, FamilyConfig):
-            _checks.fail("family", f"must be a FamilyConfig, got {type(family).__name__}",
-                         "pass family=FamilyConfig(…) (grpo_edu.training.family)")
+        if family is not None:                          # its settings would be ignored without a word
+            _checks.fail("family", f"has no setting {method} uses (FamilyConfig's γ, λ, the critic's rate, β and "
+                         "the threshold belong to ppo, rft, dpo and dpo_offline)",
+                         f"drop family=… for {method} (its settings are the GRPOConfig's), or pick a method that "
+                         "uses them")
         return GRPOTrainer(config, **kwargs)
     if cls is DPOTrainer:
         kwargs["offline"] = method == "dpo_offline"

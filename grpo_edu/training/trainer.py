@@ -73,7 +73,7 @@ from grpo_edu.training.rollout import (
     token_lists,
 )
 from grpo_edu.training.tasks import get_task, load_prompts
-from grpo_edu.training.tools import Tool, loss_mask, tool_stats
+from grpo_edu.training.tools import Tool, tool_stats, trained_mask
 
 
 class GRPOTrainer:
@@ -389,8 +389,7 @@ class GRPOTrainer:
         """
         c = self.config
         N, T = rollout.completion_ids.shape
-        replies_out = self.tool is None or not self.tool.reply_in_loss                # lesson 15's ablation: in
-        train_mask = loss_mask(rollout.completion_mask, rollout.tool_mask if replies_out else None)   # (N, T)
+        train_mask = trained_mask(rollout, self.tool)                                 # (N, T): no tool reply
         if c.mask_truncated_completions:                                              # cut answers: no gradient
             train_mask = train_mask * finished(rollout, self.tokenizer.eos_token_id).unsqueeze(1).to(train_mask.dtype)
         step_tokens = train_mask.sum()

@@ -16,10 +16,18 @@ comparable across methods); the steps skipped; the seconds per step. Per method,
 (:func:`gradient_noise`): how noisy each method's gradient is on one fixed batch, over many resamples of
 its G answers. Per method, in a child process (:func:`step_cost`): a step's time and the process's peak
 memory, and the weights and optimizer state it trains (the critic's cost).
+
+``--json FILE`` keeps the comparison as it is made: the file is written whole (atomically) after each
+finished run, each seed's gradient noise and the step costs, so a kill loses at most the run in progress,
+and ``--resume`` continues it, skipping the finished (method, seed) runs. A file made with other settings
+(:func:`settings_of`: the model, its budget, ``--resamples``, this machine's kernels and torch) is refused.
 """
 
 import argparse
+import dataclasses
 import json
+import math
+import os
 import statistics
 import subprocess
 import sys
@@ -137,12 +145,22 @@ def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", progr
     return row, {"trainer": trainer}
 
 
-def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", progress=False):
-    """{method: [row per seed]} for every method and seed (:func:`run_method`); each row also holds its ``seed``."""
+def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", progress=False, results=None, on_row=None):
+    """{method: [row per seed]} for every method and seed (:func:`run_method`); each row also holds its ``seed``.
+
+    ``results``: rows already made (a resumed comparison's), whose (method, seed) runs are skipped; ``on_row``:
+    called with the results after each finished run, so a caller can keep them as they come (``--json``)."""
     _check_model(model)
-    return {name: [{**run_method(name, seed, steps=steps, model=model, progress=progress)[0], "seed": seed}
-                   for seed in seeds]
-            for name in names}
+    results = {} if results is None else results
+    for name in names:
+        for seed in seeds:
+            if any(row["seed"] == seed for row in results.get(name, [])):
+                continue                                            # finished before: kept as it is
+            row = run_method(name, seed, steps=steps, model=model, progress=progress)[0]
+            results.setdefault(name, []).append({**row, "seed": seed})
+            if on_row is not None:
+                on_row(results)
+    return results
 
 
 # --- the gradient's noise on one fixed batch ---------------------------------------------------------------
@@ -160,9 +178,10 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     from grpo_edu.core.rejection_sampling import select_correct, sft_loss
     from grpo_edu.training.family import FamilyConfig
     from grpo_edu.training.rollout import completion_logprobs
+    from grpo_edu.training.tools import trained_mask
 
     f = family or FamilyConfig()
-    mask = rollout.completion_mask
+    mask = trained_mask(rollout)                                  # every method's rule (a tool's replies out)
     logprobs, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, mask.shape[1])
     if name in ("grpo", "reinforce"):
         adv = estimate_advantages(rewards, estimator=name).reshape(-1)                    # (N,)
@@ -186,7 +205,7 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
 
 
 def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_generations=None,
-                   model="adder"):
+                   model="adder", progress=False):
     """How noisy each method's gradient is on one fixed batch of prompts, from ``model``'s start.
 
     The same ``batch_size`` prompts (the seed's first training batch) get ``resamples`` fresh draws of
@@ -196,9 +215,11 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_ge
     so methods whose losses differ in size compare (1 would be noise as large as the signal); and
     ``used`` (draws that gave the method something to learn from); ‖ḡ‖² is corrected for ḡ's own noise
     (minus the summed variance / draws), and the ratio is None when the signal is not resolved (≤ 0). PPO's critic is fresh (V = 0 at the
-    start), so its noise is that of its first steps.
+    start), so its noise is that of its first steps. ``progress``: a bar over the draws.
     """
     import torch
+
+    from grpo_edu.common.progress import progress_bar
 
     from grpo_edu.training.critic import Critic
     from grpo_edu.training.engine import generate
@@ -206,15 +227,19 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_ge
 
     from grpo_edu.training.trainer import GRPOTrainer
 
-    base = GRPOTrainer(_config(seed, eval_size=0, model=model))
+    config = _config(seed, eval_size=0, model=model)
+    if num_generations is not None:                                # the rewards are scored in groups of G
+        config = dataclasses.replace(config, num_generations=num_generations)
+    base = GRPOTrainer(config)
     batch_size = base.config.batch_size if batch_size is None else batch_size
-    num_generations = base.config.num_generations if num_generations is None else num_generations
+    num_generations = base.config.num_generations
     model, tokenizer = base.model, base.tokenizer
     rows = base.batch_for(1)[:batch_size]
     critic = Critic(model)
     grads = {name: [] for name in names}
     generator = torch.Generator().manual_seed(seed * 1_000_003 + 7)
     params = [p for p in model.parameters() if p.requires_grad]
+    bar = progress_bar(resamples, desc=f"gradient noise (seed {seed})", unit="draw", disable=not progress)
     for _ in range(resamples):
         model.eval()
         with torch.no_grad():
@@ -231,6 +256,8 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_ge
             g = torch.autograd.grad(loss, params, allow_unused=True)
             grads[name].append(torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1)
                                           for x, p in zip(g, params)]).double())
+        bar.update(1)
+    bar.close()
     out = {}
     for name, gs in grads.items():
         if len(gs) < 2:
@@ -359,16 +386,119 @@ def format_table(results):
     return format_table(results, METRICS, first="method")
 
 
+MAX_RESAMPLES = 1000
+"""The most answer draws ``--resamples`` takes per seed: each draw samples B·G answers and takes one backward
+pass per method (the default, 24, resolves every method's noise; a million would run for days)."""
+
+
+def settings_of(args):
+    """What makes two comparisons' rows comparable, so that a file can be resumed: the model, its budget with
+    ``--steps`` applied, the gradient-noise draws, and this machine's kernel set and torch version."""
+    import torch
+
+    return {"model": args.model, "budget": {**budget(args.model), **({"total_training_steps": args.steps}
+                                                                     if args.steps is not None else {})},
+            "resamples": args.resamples, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch": torch.__version__}
+
+
 def _check_args(parser, args):
     """Every argument, before any run (a long comparison must not end on a bad --json path)."""
     from grpo_edu.course.experiments.variants import check_json_target, check_seeds_names_steps
 
     seeds = check_seeds_names_steps(parser, args, "--methods", args.methods,
                                     BUDGETS[args.model]["total_training_steps"])
-    if args.resamples < 2:
-        parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws)")
-    check_json_target(parser, args)
+    if not 2 <= args.resamples <= MAX_RESAMPLES:
+        parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws) and at "
+                     f"most {MAX_RESAMPLES} (each draw samples every answer again; the default is 24)")
+    for seed in seeds:                                          # each run's settings, as its trainer checks them
+        try:
+            _config(seed, args.steps, model=args.model)
+        except ValueError as err:
+            flag = {"seed": "--seeds", "total_training_steps": "--steps"}.get(str(err).split(":")[0], "--seeds")
+            parser.error(f"{flag}: {str(err).split(': ', 1)[-1]}")
     args.seeds = seeds
+    args.stored = None
+    if args.resume:
+        args.stored = _resumed(parser, args)
+        return
+    if args.json and not args.overwrite and os.path.lexists(args.json):
+        parser.error(f"--json: {args.json} already exists (an earlier run's results?). Fix: pass --resume to "
+                     "continue that comparison, --overwrite to replace it, or another file name")
+    check_json_target(parser, args)
+
+
+def _resumed(parser, args):
+    """The --json file a comparison resumes, read safely and checked against this run's settings."""
+    from grpo_edu.common.safe_files import NotReadable, read_regular
+
+    if not args.json or args.overwrite:
+        parser.error("--resume: continues the comparison in a --json file. Fix: give --json FILE (the file an "
+                     "earlier run was writing), without --overwrite")
+    try:
+        stored = json.loads(read_regular(args.json, 64 * 2 ** 20).decode("utf-8"))
+    except (NotReadable, UnicodeDecodeError, json.JSONDecodeError) as err:
+        parser.error(f"--resume: {args.json} cannot be resumed ({err}). Fix: give the --json file of a "
+                     "grpo-edu family run, or start again with another --json file")
+    if not isinstance(stored, dict) or not isinstance(stored.get("results"), dict) or "settings" not in stored:
+        parser.error(f"--resume: {args.json} holds no family comparison's rows and settings. Fix: give the --json "
+                     "file a grpo-edu family run was writing")
+    def flat(settings):                                         # the budget's fields by their own names
+        settings = dict(settings) if isinstance(settings, dict) else {}
+        budget_fields = settings.pop("budget", None)
+        return {**settings, **(budget_fields if isinstance(budget_fields, dict) else {"budget": budget_fields})}
+
+    theirs, mine = flat(stored["settings"]), flat(settings_of(args))
+    differ = [f"{key} {theirs.get(key)!r} there, {value!r} here" for key, value in mine.items()
+              if theirs.get(key) != value]
+    if differ:
+        parser.error(f"--resume: {args.json} was made with other settings ({'; '.join(differ)}), so its rows and "
+                     "this run's would not compare. Fix: resume it with the settings it was made with (its "
+                     f"command: {stored.get('command')}), or start a new --json file")
+    return stored
+
+
+def _finite(value):
+    """``value`` with every NaN or infinite float as None: JSON has no NaN, and a reader must not meet one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+class _Kept:
+    """A comparison's --json file, written whole after each finished run, atomically: a kill at any moment
+    leaves the file of the last finished run (or none before the first), never a part of one."""
+
+    def __init__(self, args, argv):
+        self.args, self.path = args, args.json
+        command = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--resume"]
+        settings, before = settings_of(args), args.stored or {}
+        self.stored = {"command": "grpo-edu family " + " ".join(command), "model": args.model,
+                       "budget": budget(args.model), "settings": settings,
+                       "cpu_capability": settings["cpu_capability"], "torch": settings["torch"],
+                       "results": before.get("results", {}), "gradient_noise": before.get("gradient_noise", {}),
+                       "step_cost": before.get("step_cost")}
+        self.written = args.resume                              # a resumed file is replaced from the first write
+
+    def save(self):
+        if not self.path:
+            return
+        from grpo_edu.common import _checks
+        from grpo_edu.common.safe_files import replace_atomically
+
+        text = json.dumps(_finite(self.stored), indent=1, allow_nan=False)
+        if self.written:
+            replace_atomically(self.path, text.encode("utf-8"))
+            return
+        written = _checks.write_result_file(self.path, text, overwrite=self.args.overwrite)
+        if str(written) != self.path:
+            print(f"{self.path} appeared before the first run finished (another run?): kept it, and writing to "
+                  f"{written}")
+        self.path, self.written = str(written), True
 
 
 def main(argv=None):
@@ -383,33 +513,50 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None,
                         help=", ".join(f"default {b['total_training_steps']} ({m})" for m, b in BUDGETS.items()))
     parser.add_argument("--resamples", type=int, default=24,
-                        help="answer draws per seed for the gradient's noise (default 24, at least 2)")
+                        help=f"answer draws per seed for the gradient's noise (default 24, 2 to {MAX_RESAMPLES})")
     parser.add_argument("--cost", action="store_true",
                         help="also time each method's step and measure its memory, each in a child process")
-    parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON (an existing file is "
-                                                       "refused unless --overwrite)")
+    parser.add_argument("--json", metavar="FILE", help="also write every run's row as JSON, each as soon as its run "
+                                                       "finishes (an existing file is refused unless --overwrite "
+                                                       "or --resume)")
     parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the comparison in the --json file (after a kill or a crash): its finished "
+                             "(method, seed) runs are kept, not run again; it must have the same settings")
     args = command_line.parse_args(parser, argv)
     _check_args(parser, args)
     start = time.perf_counter()
-    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True)
-    noise = {seed: gradient_noise(args.methods, resamples=args.resamples, seed=seed, model=args.model)
-             for seed in args.seeds}
-    cost = step_cost(args.methods, model=args.model) if args.cost else None
-    print(format_table(results))
+    kept = _Kept(args, argv)
+    stored = kept.stored
+    if args.stored:
+        done = sum(len(rows) for rows in stored["results"].values())
+        print(f"resuming {args.json}: {done} finished runs kept")
+    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True,
+                         results=stored["results"], on_row=lambda _: kept.save())
+    stored["results"] = results
+    noise = stored["gradient_noise"]
+    for seed in args.seeds:
+        missing = [name for name in args.methods if name not in noise.get(str(seed), {})]
+        if missing:
+            noise.setdefault(str(seed), {}).update(gradient_noise(missing, resamples=args.resamples, seed=seed,
+                                                                  model=args.model, progress=True))
+            kept.save()
+    cost = stored.get("step_cost") or {}
+    if args.cost and any(name not in cost for name in args.methods):
+        cost.update(step_cost([name for name in args.methods if name not in cost], model=args.model))
+        stored["step_cost"] = cost
+        kept.save()
+    print(format_table({name: results[name] for name in args.methods}))
     for name in args.methods:
-        values = [noise[s][name]["noise_to_signal"] for s in args.seeds]
+        values = [noise[str(s)][name]["noise_to_signal"] for s in args.seeds]
         print(f"{name:12s} gradient noise / signal: " + ", ".join("-" if v is None else f"{v:.3g}" for v in values))
-    if cost:
-        for name, row in cost.items():
+    if args.cost:
+        for name in args.methods:
+            row = cost[name]
             print(f"{name:12s} {row['median_step_s']:.3f} s/step  peak {row['peak_rss_mib']:.0f} MiB  "
                   f"{row['trained_weights']} trained weights, {row['frozen_weights']} frozen")
     print(f"{len(args.methods)} methods × {len(args.seeds)} seeds on the {args.model} model in {time.perf_counter() - start:.0f} s")
-    if args.json:
-        from grpo_edu.course.experiments.variants import write_stored
-
-        write_stored(args, argv, "grpo-edu family", {"model": args.model, "budget": budget(args.model),
-                                                     "results": results, "gradient_noise": noise, "step_cost": cost})
+    kept.save()
     return 0
 
 
