@@ -42,6 +42,10 @@ MODELS = tuple(BUDGETS)
 
 ORDER = ("grpo", "reinforce", "ppo", "rft", "dpo", "dpo_offline")
 """The methods, in the order tables show them (the keys of ``training.family.METHODS``)."""
+CONTROLS = ("reinforce_dr_grpo", "rft_answer_mean")
+"""Lesson 13's controls, run on the sums model only when asked (``--methods``): ``reinforce`` with a constant
+normaliser (``loss_type="dr_grpo"``) and ``rft`` with each answer averaged over its own tokens (DeepSeekMath's
+RFT, eq. 8). Tables show them after :data:`ORDER`."""
 
 METRICS = ("before", "after", "pass@8", "generated", "length", "entropy", "skipped", "seconds")
 """The numeric columns of a run's row (``tokens_to_target`` may be None: the run never reached the target)."""
@@ -71,10 +75,12 @@ def budget(model="adder"):
     return {**PRESETS.get(model, {}), **BUDGETS[model]}
 
 
-def _config(seed, steps=None, eval_size=None, model="adder"):
+def _config(seed, steps=None, eval_size=None, model="adder", num_iterations=None):
     from grpo_edu.training.config import GRPOConfig
 
     settings = {**budget(model), "seed": seed}
+    if num_iterations is not None:
+        settings["num_iterations"] = num_iterations
     if steps is not None:
         settings["total_training_steps"] = steps
     if eval_size is not None:
@@ -96,16 +102,24 @@ def tokens_to_target(history, completions_per_step, target=TARGET, window=TARGET
     return None, None
 
 
-def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", progress=False):
+def _mean_of(history, key):
+    """The mean of ``key`` over the steps that logged a number for it; None when none did."""
+    values = [m[key] for m in history if isinstance(m.get(key), (int, float))]
+    return statistics.fmean(values) if values else None
+
+
+def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", num_iterations=None, progress=False):
     """Train method ``name`` from ``model`` (:data:`MODELS`: the bundled adder or lesson 11's sums model) on
-    its budget (:func:`budget`): (row, info). ``row``: :data:`METRICS`, ``tokens_to_target``,
-    ``steps_to_target`` and ``curve`` (training accuracy per step); ``info["trainer"]``."""
+    its budget (:func:`budget`), with ``num_iterations`` updates per batch when given: (row, info). ``row``:
+    :data:`METRICS`, ``tokens_to_target``, ``steps_to_target``, ``curve`` (training accuracy per step), and the
+    means over the run of ``clip_fraction`` (the ratio clip), and for PPO ``value_clip_fraction`` and
+    ``explained_variance`` (also ``explained_variance_last``, over the last quarter); ``info["trainer"]``."""
     from grpo_edu.training.evaluation import answer_entropy
     from grpo_edu.training.family import make_trainer
 
-    if name not in ORDER:
-        raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
-    config = _config(seed, steps, eval_size, model)
+    if name not in ORDER + CONTROLS:
+        raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER + CONTROLS)}.")
+    config = _config(seed, steps, eval_size, model, num_iterations)
     trainer = make_trainer(name, config)
     rows = trainer.eval_rows
     entropy_before, _ = answer_entropy(trainer.model, trainer.tokenizer, [r["prompt"] for r in rows],
@@ -133,14 +147,20 @@ def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", progr
            "skipped": sum(bool(m.get("skipped")) for m in history),
            "seconds": statistics.median(m["seconds"] for m in history), "run_seconds": seconds,
            "steps_to_target": step_to, "tokens_to_target": tokens_to,
-           "curve": [m["accuracy"] for m in history]}
+           "curve": [m["accuracy"] for m in history],
+           "clip_fraction": _mean_of(history, "clip_fraction")}
+    if any("value_clip_fraction" in m for m in history):                      # PPO: its critic's diagnostics
+        row.update(value_clip_fraction=_mean_of(history, "value_clip_fraction"),
+                   explained_variance=_mean_of(history, "explained_variance"),
+                   explained_variance_last=_mean_of(tail, "explained_variance"))
     return row, {"trainer": trainer}
 
 
-def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", progress=False):
+def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", num_iterations=None, progress=False):
     """{method: [row per seed]} for every method and seed (:func:`run_method`); each row also holds its ``seed``."""
     _check_model(model)
-    return {name: [{**run_method(name, seed, steps=steps, model=model, progress=progress)[0], "seed": seed}
+    return {name: [{**run_method(name, seed, steps=steps, model=model, num_iterations=num_iterations,
+                                 progress=progress)[0], "seed": seed}
                    for seed in seeds]
             for name in names}
 
@@ -164,25 +184,27 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     f = family or FamilyConfig()
     mask = rollout.completion_mask
     logprobs, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, mask.shape[1])
-    if name in ("grpo", "reinforce"):
-        adv = estimate_advantages(rewards, estimator=name).reshape(-1)                    # (N,)
-        return grpo_loss(logprobs, logprobs.detach(), adv.to(logprobs.dtype), mask)[0]
+    if name in ("grpo", "reinforce", "reinforce_dr_grpo"):
+        adv = estimate_advantages(rewards, estimator=name.removesuffix("_dr_grpo")).reshape(-1)   # (N,)
+        loss_type = "dr_grpo" if name == "reinforce_dr_grpo" else "grpo"
+        return grpo_loss(logprobs, logprobs.detach(), adv.to(logprobs.dtype), mask, loss_type=loss_type)[0]
     if name == "ppo":
         with torch.no_grad():
             values = critic(rollout.input_ids, rollout.attention_mask, mask.shape[1])      # (N, T)
         adv, _ = gae_advantages(rewards.reshape(-1).float(), values, mask, gamma=f.gamma, lam=f.lam,
                                 whiten=f.whiten_advantages)
         return grpo_loss(logprobs, logprobs.detach(), adv, mask)[0]
-    if name == "rft":
+    if name in ("rft", "rft_answer_mean"):
         keep, info = select_correct(rewards, threshold=f.threshold, max_per_prompt=f.max_per_prompt)
-        return None if info["skip"] else sft_loss(logprobs, mask, keep.reshape(-1))[0]
+        normaliser = "answer" if name == "rft_answer_mean" else f.rft_normaliser
+        return None if info["skip"] else sft_loss(logprobs, mask, keep.reshape(-1), normaliser=normaliser)[0]
     if name in ("dpo", "dpo_offline"):
         pairs, info = preference_pairs(rewards)
         if info["num_pairs"] == 0:
             return None
         seq, ref = sequence_logprobs(logprobs, mask), sequence_logprobs(ref_logprobs, mask)   # (N,)
         return dpo_loss(seq[pairs[:, 0]], seq[pairs[:, 1]], ref[pairs[:, 0]], ref[pairs[:, 1]], beta=f.beta)[0]
-    raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
+    raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER + CONTROLS)}.")
 
 
 def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_generations=None,
@@ -349,7 +371,7 @@ def noise_rows(info):
                 if v["noise_to_signal"] is not None:
                     values.setdefault(name, []).append(v["noise_to_signal"])
     return [{"method": name, "noise / signal (median [min, max])": _cell(values[name])}
-            for name in ORDER if name in values]
+            for name in ORDER + CONTROLS if name in values]
 
 
 def format_table(results):
@@ -365,6 +387,8 @@ def _check_args(parser, args):
 
     seeds = check_seeds_names_steps(parser, args, "--methods", args.methods,
                                     BUDGETS[args.model]["total_training_steps"])
+    if args.num_iterations is not None and args.num_iterations < 1:
+        parser.error(f"--num-iterations: is {args.num_iterations}. Fix: give 1 or more updates per batch")
     if args.resamples < 2:
         parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws)")
     check_json_target(parser, args)
@@ -376,12 +400,18 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(prog="grpo-edu family", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
-    parser.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
+    parser.add_argument("--methods", nargs="+", choices=ORDER + CONTROLS, default=list(ORDER),
+                        help="default: the six of ORDER; the controls (CONTROLS: reinforce_dr_grpo, "
+                             "rft_answer_mean) run only when named")
     parser.add_argument("--model", choices=MODELS, default="adder",
                         help="the start model: adder (the bundled adder, default) or sums (lesson 11's model, "
                              "long worked answers); each has its own budget (BUDGETS)")
     parser.add_argument("--steps", type=int, default=None,
                         help=", ".join(f"default {b['total_training_steps']} ({m})" for m, b in BUDGETS.items()))
+    parser.add_argument("--num-iterations", type=int, default=None, metavar="MU",
+                        help="optimizer updates per sampled batch for every method (GRPOConfig.num_iterations, "
+                             "verl's ppo_epochs; default 1): from the second update on the ratio clip and PPO's "
+                             "value clip can act. Store such runs in a folder of their own")
     parser.add_argument("--resamples", type=int, default=24,
                         help="answer draws per seed for the gradient's noise (default 24, at least 2)")
     parser.add_argument("--cost", action="store_true",
@@ -392,7 +422,8 @@ def main(argv=None):
     args = command_line.parse_args(parser, argv)
     _check_args(parser, args)
     start = time.perf_counter()
-    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True)
+    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model,
+                         num_iterations=args.num_iterations, progress=True)
     noise = {seed: gradient_noise(args.methods, resamples=args.resamples, seed=seed, model=args.model)
              for seed in args.seeds}
     cost = step_cost(args.methods, model=args.model) if args.cost else None
@@ -408,7 +439,10 @@ def main(argv=None):
     if args.json:
         from grpo_edu.course.experiments.variants import write_stored
 
-        write_stored(args, argv, "grpo-edu family", {"model": args.model, "budget": budget(args.model),
+        stored_budget = budget(args.model)
+        if args.num_iterations is not None:
+            stored_budget["num_iterations"] = args.num_iterations
+        write_stored(args, argv, "grpo-edu family", {"model": args.model, "budget": stored_budget,
                                                      "results": results, "gradient_noise": noise, "step_cost": cost})
     return 0
 
