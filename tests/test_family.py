@@ -368,6 +368,22 @@ def test_an_existing_json_file_is_refused_before_the_runs(tmp_path, capsys, monk
 
 
 # --- the stored comparison lesson 13 reads ---------------------------------------------------------------------
+def test_paired_intervals_by_hand():
+    """Two methods, three seeds: s = √((0.01 + 0 + 0.01 + 0) / 4), df = 4, Bonferroni over 2: t_{1−0.05/4, 4}."""
+    from grpo_edu.course import family as course_family
+    from grpo_edu.course.experiments.variants import t_quantile
+
+    diffs = {"a": {0: 0.1, 1: 0.2, 2: 0.3}, "b": {0: -0.1, 1: -0.1, 2: -0.1}}
+    rows, info = course_family.paired_intervals(diffs)
+    assert info["spread"] == pytest.approx(0.005 ** 0.5) and info["df"] == 4 and info["comparisons"] == 2
+    assert info["t"] == pytest.approx(t_quantile(1 - 0.05 / 4, 4)) and info["t"] == pytest.approx(3.495, abs=1e-3)
+    half = info["t"] * 0.005 ** 0.5 / 3 ** 0.5                                      # 0.1427
+    assert info["half_widths"]["a"] == pytest.approx(half)
+    assert info["verdicts"] == {"a": "ahead", "b": "unresolved"}                   # 0.2 > 0.143; |−0.1| < 0.143
+    assert [r["± (points)"] for r in rows] == ["14.3", "14.3"]
+    assert course_family.paired_intervals(diffs, alpha=0.5)[1]["verdicts"]["b"] == "behind"
+
+
 def test_tokens_to_target_by_hand():
     from grpo_edu.course.experiments.family import tokens_to_target
 

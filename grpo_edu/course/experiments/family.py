@@ -374,6 +374,34 @@ def noise_rows(info):
             for name in ORDER + CONTROLS if name in values]
 
 
+def paired_intervals(differences, *, alpha=0.05):
+    """An interval for each method's mean paired difference against GRPO, from the spread pooled over all of
+    them, corrected for the k comparisons made at once (Bonferroni): mean ± t_{1−α/(2k), df} · s / √n, with s
+    the pooled SD of one paired difference (``variants.pooled_spread``) and df = Σ (n − 1) its degrees of
+    freedom. Five methods on three seeds: df = 10, t_{0.995, 10} = 3.17. A method whose interval leaves 0 out is
+    "behind" or "ahead" at family level α; otherwise "unresolved".
+
+    ``differences``: {method: {seed: difference}} (``variants.paired_differences``). Returns (rows, info):
+    rows for ``viz.Table`` (per-seed differences, mean, ±, verdict, all in points), info: ``spread``, ``df``,
+    ``t``, ``comparisons``, and ``verdicts`` {method: verdict}, ``half_widths`` {method: ± as a fraction}."""
+    from grpo_edu.course.experiments.variants import pooled_spread, t_quantile
+
+    spread = pooled_spread(differences)
+    k = len(differences)
+    df = sum(len(d) - 1 for d in differences.values() if len(d) > 1)
+    t = t_quantile(1 - alpha / (2 * k), df)
+    rows, verdicts, halves = [], {}, {}
+    for name, diffs in differences.items():
+        d = list(diffs.values())
+        mean, half = sum(d) / len(d), t * spread / len(d) ** 0.5              # d̄ ± t·s/√n
+        verdicts[name] = "unresolved" if abs(mean) <= half else ("ahead" if mean > 0 else "behind")
+        halves[name] = half
+        rows.append({"method": name, "per seed (points)": ", ".join(f"{100 * x:+.1f}" for x in d),
+                     "mean (points)": f"{100 * mean:+.1f}", "± (points)": f"{100 * half:.1f}",
+                     "verdict": verdicts[name]})
+    return rows, {"spread": spread, "df": df, "t": t, "comparisons": k, "verdicts": verdicts, "half_widths": halves}
+
+
 def format_table(results):
     """One line per method: each metric's median over the runs, then [min, max] when there are several."""
     from grpo_edu.course.experiments.variants import format_table
