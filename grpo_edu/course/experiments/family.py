@@ -312,12 +312,13 @@ def step_cost(names=ORDER, *, steps=8, warmup=2, model="adder"):
 
 
 # --- stored runs and their tables ---------------------------------------------------------------------------
-def stored_runs(folder=None, model="adder"):
+def stored_runs(folder=None, model="adder", methods=None):
     """Every stored run of ``model`` under its folder (:data:`FAMILY_DIRS`: ``assets/family`` for the adder,
     ``assets/family-sums`` for the sums model) or ``folder``, merged: ({method: [rows]}, info), as
     ``variants.stored_race`` merges lesson 12's race. ``info`` also holds ``model``, ``gradient_noise`` and
     ``step_cost`` ({kernels: {seed or "cost": …}}) where a file has them. A file of another model is refused
-    (files without a ``model`` field are the adder's, written before the field existed)."""
+    (files without a ``model`` field are the adder's, written before the field existed). ``methods``: keep only
+    these methods (rows, noise and cost), e.g. :data:`ORDER` without the controls."""
     from pathlib import Path
 
     from grpo_edu.common import _checks
@@ -340,11 +341,28 @@ def stored_runs(folder=None, model="adder"):
     info["model"], info["gradient_noise"], info["step_cost"] = model, {}, {}
     for path, stored in files.items():
         kernels = stored["cpu_capability"]
-        for seed, noise in stored.get("gradient_noise", {}).items():
-            info["gradient_noise"].setdefault(kernels, {})[int(seed)] = noise
-        if stored.get("step_cost"):
-            info["step_cost"][kernels] = stored["step_cost"]
-    return {name: results[name] for name in (*ORDER, *sorted(set(results) - set(ORDER))) if name in results}, info
+        for seed, noise in stored.get("gradient_noise", {}).items():        # two files of one kernel set: merged
+            kept = {name: v for name, v in noise.items() if methods is None or name in methods}
+            if kept:
+                info["gradient_noise"].setdefault(kernels, {}).setdefault(int(seed), {}).update(kept)
+        cost = {name: v for name, v in (stored.get("step_cost") or {}).items() if methods is None or name in methods}
+        if cost:
+            info["step_cost"].setdefault(kernels, {}).update(cost)
+    order = (*ORDER, *CONTROLS, *sorted(set(results) - set(ORDER) - set(CONTROLS)))
+    return {name: results[name] for name in order if name in results and (methods is None or name in methods)}, info
+
+
+UPDATES_DIR = "family-updates4"
+"""The folder under ``assets/`` of the adder's GRPO and PPO runs with four updates per batch (``--num-iterations
+4``), where the ratio clip and the value clip can act; read by :func:`stored_updates`, never merged with
+:data:`FAMILY_DIRS`' one-update runs."""
+
+
+def stored_updates(folder=None):
+    """The stored runs with four updates per batch (:data:`UPDATES_DIR`), as :func:`stored_runs` reads a folder."""
+    from grpo_edu.training.models import ASSETS
+
+    return stored_runs(folder if folder is not None else ASSETS / UPDATES_DIR)
 
 
 def target_rows(results):
