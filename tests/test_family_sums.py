@@ -127,6 +127,26 @@ def test_each_models_stored_runs_stay_apart(tmp_path):
         family.stored_runs(tmp_path / "empty", model="sums")
 
 
+def test_a_control_file_beside_the_comparison_merges_and_can_be_left_out(tmp_path):
+    """Two files of one kernel set (the six methods, then the controls): their noise per seed is merged, not the
+    second's over the first's, and ``methods=`` keeps the chosen methods' rows, noise and cost only."""
+    noise = lambda *names: {"0": {n: {"noise_to_signal": 1.0} for n in names}}               # noqa: E731
+    main = {"command": "grpo-edu family --model sums", "cpu_capability": "DEFAULT", "model": "sums",
+            "results": {"grpo": [{"seed": 0, "after": 0.5}], "reinforce": [{"seed": 0, "after": 0.2}]},
+            "gradient_noise": noise("grpo", "reinforce"), "step_cost": {"grpo": {}, "reinforce": {}}}
+    control = {**main, "results": {"rft_answer_mean": [{"seed": 0, "after": 0.3}]},
+               "gradient_noise": noise("rft_answer_mean"), "step_cost": None}
+    (tmp_path / "a.json").write_text(json.dumps(main))
+    (tmp_path / "b.json").write_text(json.dumps(control))
+    runs, info = family.stored_runs(tmp_path, model="sums")
+    assert list(runs) == ["grpo", "reinforce", "rft_answer_mean"]
+    assert set(info["gradient_noise"]["DEFAULT"][0]) == {"grpo", "reinforce", "rft_answer_mean"}
+    runs, info = family.stored_runs(tmp_path, model="sums", methods=family.ORDER)
+    assert list(runs) == ["grpo", "reinforce"] and set(info["gradient_noise"]["DEFAULT"][0]) == {"grpo", "reinforce"}
+    runs, info = family.stored_runs(tmp_path, model="sums", methods=("grpo", "rft_answer_mean"))
+    assert list(runs) == ["grpo", "rft_answer_mean"] and set(info["step_cost"]["DEFAULT"]) == {"grpo"}
+
+
 def test_the_stored_sums_runs_hold_every_method_seed_and_kernel_set():
     """What lesson 13's section 6 reads: ``assets/family-sums``, the sums model's runs only."""
     from grpo_edu.course.experiments import variants
