@@ -341,6 +341,7 @@ def test_a_short_run_on_the_adder_raises_the_held_out_accuracy(method):
     (["--methods", "ppo", "ppo"], "--methods: ppo is given twice"),
     (["--steps", "0"], "--steps: is 0"),
     (["--resamples", "1"], "--resamples: is 1"),
+    (["--num-iterations", "0"], "--num-iterations: is 0"),
     (["--overwrite"], "--overwrite: replaces the --json file, but no --json is given"),
     (["--methods", "ppo2"], "invalid choice: 'ppo2'"),
 ])
