@@ -153,6 +153,58 @@ def test_rejection_sampling_imitates_only_the_right_answers(random_model, char_t
     assert m["kept_fraction"] == pytest.approx(sum(i % 3 == 0 for i in range(N)) / N)
 
 
+def test_the_per_answer_mean_adds_up_over_micro_batches(random_model, char_tokenizer):
+    """``rft_normaliser="answer"`` (DeepSeekMath's eq. 8): each kept answer over its own tokens, then 1/N, the same
+    whatever the micro-batches, and not the token mean."""
+    reward = lambda prompts, completions, **kw: [float(i % 3 == 0) for i in range(len(completions))]   # noqa: E731
+    t = _trainer(RejectionSamplingTrainer, random_model, char_tokenizer, reward=reward,
+                 family=FamilyConfig(rft_normaliser="answer"), micro_batch_size=2)
+    _, rollout, rewards = _batch(t)
+    keep = (rewards.reshape(-1) >= 1.0)
+    T, mask = rollout.completion_ids.shape[1], rollout.completion_mask
+    with torch.no_grad():
+        logprobs, _ = completion_logprobs(t.model, rollout.input_ids, rollout.attention_mask, T)
+    kept = mask * keep.unsqueeze(1)
+    by_hand = -float(((logprobs * kept).sum(1) / mask.sum(1)).sum() / len(keep))        # eq. 8
+    assert t._sft_update(rollout, keep)["loss"] == pytest.approx(by_hand, rel=1e-5)
+
+
+def test_several_updates_per_batch_let_both_clips_act_and_the_critic_is_scored(random_model, char_tokenizer):
+    """With one update the ratio is 1 and V = V_old: both clips inert. With μ = 4 (verl's ppo_epochs) they can
+    bind; a lr high enough to move the policy past ε within the batch shows it. The explained variance is logged."""
+    reward = lambda prompts, completions, **kw: [float(i % 2) for i in range(len(completions))]   # noqa: E731
+    one = _trainer(PPOTrainer, random_model, char_tokenizer, reward=reward, num_iterations=1,
+                   family=FamilyConfig(cliprange_value=0.01, critic_learning_rate=0.05))
+    m = one.step()
+    assert m["clip_fraction"] == 0.0 and m["value_clip_fraction"] == 0.0
+    assert m["explained_variance"] == pytest.approx(0.0)                  # V = 0 at the start: a constant
+    four = _trainer(PPOTrainer, random_model, char_tokenizer, reward=reward, num_iterations=4,
+                    family=FamilyConfig(cliprange_value=0.01, critic_learning_rate=0.05))
+    m = four.step()
+    assert m["clip_fraction"] > 0 and m["value_clip_fraction"] > 0
+    assert isinstance(m["explained_variance"], float)
+
+
+def test_dpo_logs_trls_diagnostics(random_model, char_tokenizer, monkeypatch):
+    """rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies and logps/* as TRL's DPOTrainer logs
+    them, from the same numbers as the loss."""
+    import grpo_edu.training.family as family_module
+
+    t = _trainer(DPOTrainer, random_model, char_tokenizer)
+    seen = []
+    real = family_module.dpo_loss
+    monkeypatch.setattr(family_module, "dpo_loss", lambda *a, **k: seen.append((a, real(*a, **k))) or seen[-1][1])
+    t.step()
+    m = t.step()                                                             # the policy has moved: rewards ≠ 0
+    (chosen, rejected, *_), (_, info) = seen[-1]
+    assert m["rewards/chosen"] == pytest.approx(float(info["chosen_rewards"].mean()))
+    assert m["rewards/rejected"] == pytest.approx(float(info["rejected_rewards"].mean()))
+    assert m["rewards/margins"] == pytest.approx(m["rewards/chosen"] - m["rewards/rejected"], abs=1e-6)
+    assert m["rewards/accuracies"] == pytest.approx(float((info["chosen_rewards"] > info["rejected_rewards"]).float().mean()))
+    assert m["logps/chosen"] == pytest.approx(float(chosen.detach().mean())) and m["rewards/chosen"] != 0.0
+    assert m["logps/rejected"] == pytest.approx(float(rejected.detach().mean()))
+
+
 def test_a_batch_with_no_right_answer_is_skipped_and_logged_never_a_zero_loss_step(random_model, char_tokenizer):
     zero = lambda prompts, completions, **kw: [0.0] * len(completions)                    # noqa: E731
     t = _trainer(RejectionSamplingTrainer, random_model, char_tokenizer, reward=zero)
@@ -213,21 +265,32 @@ def test_each_method_gets_its_trainer_and_reinforce_has_no_baseline(random_model
         kinds[name] = type(t).__name__
         if name == "reinforce":
             assert t.config.advantage_estimator == "reinforce"
+        if name == "reinforce_dr_grpo":                                                 # lesson 13's controls
+            assert (t.config.advantage_estimator, t.config.loss_type) == ("reinforce", "dr_grpo")
+        if name in ("rft", "rft_answer_mean"):
+            assert t.family.rft_normaliser == ("answer" if name == "rft_answer_mean" else "tokens")
     assert kinds == {"grpo": "GRPOTrainer", "reinforce": "GRPOTrainer", "ppo": "PPOTrainer",
-                     "rft": "RejectionSamplingTrainer", "dpo": "DPOTrainer", "dpo_offline": "DPOTrainer"}
+                     "rft": "RejectionSamplingTrainer", "dpo": "DPOTrainer", "dpo_offline": "DPOTrainer",
+                     "reinforce_dr_grpo": "GRPOTrainer", "rft_answer_mean": "RejectionSamplingTrainer"}
+    kept = make_trainer("rft_answer_mean", _config(), family=FamilyConfig(max_per_prompt=1), model=random_model,
+                        tokenizer=char_tokenizer, train_rows=ROWS).family
+    assert (kept.rft_normaliser, kept.max_per_prompt) == ("answer", 1)             # the caller's settings stay
 
 
 def test_each_methods_progress_bar_names_the_method(random_model, char_tokenizer):
     names = {name: make_trainer(name, _config(), model=random_model, tokenizer=char_tokenizer,
                                 train_rows=ROWS).run_name() for name in METHODS}
     assert names == {"grpo": "GRPO", "reinforce": "GRPO (advantage_estimator=reinforce)", "ppo": "PPO",
-                     "rft": "rejection sampling", "dpo": "DPO", "dpo_offline": "offline DPO"}
+                     "rft": "rejection sampling", "dpo": "DPO", "dpo_offline": "offline DPO",
+                     "reinforce_dr_grpo": "GRPO (loss_type=dr_grpo, advantage_estimator=reinforce)",
+                     "rft_answer_mean": "rejection sampling (rft_normaliser=answer: DeepSeekMath's eq. 8)"}
 
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"gamma": 1.5}, "gamma"), ({"gamma": -0.1}, "gamma"), ({"lam": 2.0}, "lam"), ({"lam": float("nan")}, "lam"),
     ({"beta": 0.0}, "beta"), ({"beta": -0.1}, "beta"), ({"cliprange_value": 0.0}, "cliprange_value"),
     ({"critic_learning_rate": 5.0}, "critic_learning_rate"), ({"max_per_prompt": 0}, "max_per_prompt"),
+    ({"rft_normaliser": "mean"}, "rft_normaliser"),
 ])
 def test_bad_settings_are_refused_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}: .*Fix: "):
@@ -257,7 +320,7 @@ after 20 steps for the policy-gradient methods and rejection sampling; DPO's pai
 steps online DPO had −2.5 points and offline −6.5; after 60, +22.5 and +14: ``assets/family``), so they get 60."""
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", list(RUN))          # the controls run on the sums model (assets/family-sums)
 def test_a_short_run_on_the_adder_raises_the_held_out_accuracy(method):
     """From the bundled adder (about half right at the start), 16 prompts × 8 answers per step, scored on 200
     held-out prompts before and after."""
@@ -278,6 +341,7 @@ def test_a_short_run_on_the_adder_raises_the_held_out_accuracy(method):
     (["--methods", "ppo", "ppo"], "--methods: ppo is given twice"),
     (["--steps", "0"], "--steps: is 0"),
     (["--resamples", "1"], "--resamples: is 1"),
+    (["--num-iterations", "0"], "--num-iterations: is 0"),
     (["--overwrite"], "--overwrite: replaces the --json file, but no --json is given"),
     (["--methods", "ppo2"], "invalid choice: 'ppo2'"),
 ])
@@ -305,6 +369,22 @@ def test_an_existing_json_file_is_refused_before_the_runs(tmp_path, capsys, monk
 
 
 # --- the stored comparison lesson 13 reads ---------------------------------------------------------------------
+def test_paired_intervals_by_hand():
+    """Two methods, three seeds: s = √((0.01 + 0 + 0.01 + 0) / 4), df = 4, Bonferroni over 2: t_{1−0.05/4, 4}."""
+    from grpo_edu.course import family as course_family
+    from grpo_edu.course.experiments.variants import t_quantile
+
+    diffs = {"a": {0: 0.1, 1: 0.2, 2: 0.3}, "b": {0: -0.1, 1: -0.1, 2: -0.1}}
+    rows, info = course_family.paired_intervals(diffs)
+    assert info["spread"] == pytest.approx(0.005 ** 0.5) and info["df"] == 4 and info["comparisons"] == 2
+    assert info["t"] == pytest.approx(t_quantile(1 - 0.05 / 4, 4)) and info["t"] == pytest.approx(3.495, abs=1e-3)
+    half = info["t"] * 0.005 ** 0.5 / 3 ** 0.5                                      # 0.1427
+    assert info["half_widths"]["a"] == pytest.approx(half)
+    assert info["verdicts"] == {"a": "ahead", "b": "unresolved"}                   # 0.2 > 0.143; |−0.1| < 0.143
+    assert [r["± (points)"] for r in rows] == ["14.3", "14.3"]
+    assert course_family.paired_intervals(diffs, alpha=0.5)[1]["verdicts"]["b"] == "behind"
+
+
 def test_tokens_to_target_by_hand():
     from grpo_edu.course.experiments.family import tokens_to_target
 

@@ -47,8 +47,10 @@ def test_the_model_option_reaches_every_part_of_the_run_and_the_stored_file(tmp_
 
     seen = {}
 
-    def fake_comparison(names, seeds, *, steps=None, model="adder", progress=False, results=None, on_row=None):
+    def fake_comparison(names, seeds, *, steps=None, model="adder", num_iterations=None, progress=False, results=None,
+                        on_row=None):
         seen["comparison"] = model
+        seen["num_iterations"] = num_iterations
         return {name: [{**{m: 0.5 for m in family.METRICS}, "seed": s, "tokens_to_target": None,
                         "steps_to_target": None, "curve": [0.5]} for s in seeds] for name in names}
 
@@ -67,10 +69,15 @@ def test_the_model_option_reaches_every_part_of_the_run_and_the_stored_file(tmp_
     target = tmp_path / "sums.json"
     assert main(["family", "--model", "sums", "--seeds", "0", "1", "--methods", "grpo", "rft", "--cost",
                  "--json", str(target)]) == 0
-    assert seen == {"comparison": "sums", "noise": ["sums", "sums"], "cost": "sums"}
+    assert seen == {"comparison": "sums", "noise": ["sums", "sums"], "cost": "sums", "num_iterations": None}
     stored = json.loads(target.read_text())
     assert stored["model"] == "sums" and stored["budget"]["model"] == "bundled-sums"
-    assert "--model sums" in stored["command"]
+    assert "--model sums" in stored["command"] and "num_iterations" not in stored["budget"]
+    # --num-iterations reaches the runs and the stored budget (lesson 13's four updates per batch)
+    assert main(["family", "--seeds", "0", "--methods", "ppo", "--num-iterations", "4", "--json",
+                 str(tmp_path / "four.json")]) == 0
+    assert seen["num_iterations"] == 4
+    assert json.loads((tmp_path / "four.json").read_text())["budget"]["num_iterations"] == 4
 
 
 @pytest.mark.parametrize("method", family.ORDER)
@@ -127,11 +134,37 @@ def test_each_models_stored_runs_stay_apart(tmp_path):
         family.stored_runs(tmp_path / "empty", model="sums")
 
 
+def test_a_control_file_beside_the_comparison_merges_and_can_be_left_out(tmp_path):
+    """Two files of one kernel set (the six methods, then the controls): their noise per seed is merged, not the
+    second's over the first's, and ``methods=`` keeps the chosen methods' rows, noise and cost only."""
+    noise = lambda *names: {"0": {n: {"noise_to_signal": 1.0} for n in names}}               # noqa: E731
+    main = {"command": "grpo-edu family --model sums", "cpu_capability": "DEFAULT", "model": "sums",
+            "results": {"grpo": [{"seed": 0, "after": 0.5}], "reinforce": [{"seed": 0, "after": 0.2}]},
+            "gradient_noise": noise("grpo", "reinforce"), "step_cost": {"grpo": {}, "reinforce": {}}}
+    control = {**main, "results": {"rft_answer_mean": [{"seed": 0, "after": 0.3}]},
+               "gradient_noise": noise("rft_answer_mean"), "step_cost": None}
+    (tmp_path / "a.json").write_text(json.dumps(main))
+    (tmp_path / "b.json").write_text(json.dumps(control))
+    runs, info = family.stored_runs(tmp_path, model="sums")
+    assert list(runs) == ["grpo", "reinforce", "rft_answer_mean"]
+    assert set(info["gradient_noise"]["DEFAULT"][0]) == {"grpo", "reinforce", "rft_answer_mean"}
+    runs, info = family.stored_runs(tmp_path, model="sums", methods=family.ORDER)
+    assert list(runs) == ["grpo", "reinforce"] and set(info["gradient_noise"]["DEFAULT"][0]) == {"grpo", "reinforce"}
+    runs, info = family.stored_runs(tmp_path, model="sums", methods=("grpo", "rft_answer_mean"))
+    assert list(runs) == ["grpo", "rft_answer_mean"] and set(info["step_cost"]["DEFAULT"]) == {"grpo"}
+
+
 def test_the_stored_sums_runs_hold_every_method_seed_and_kernel_set():
-    """What lesson 13's section 6 reads: ``assets/family-sums``, the sums model's runs only."""
+    """What lesson 13's sections 6 and 6b read: ``assets/family-sums``, the sums model's runs only: the six methods
+    on two kernel sets, and the two controls on seeds 0–2 (two kernel sets of another machine)."""
     from grpo_edu.course.experiments import variants
 
-    runs, info = family.stored_runs(model="sums")
+    assert list(family.stored_runs(model="sums")[0]) == [*family.ORDER, *family.CONTROLS]
+    controls, _ = family.stored_runs(model="sums", methods=family.CONTROLS)
+    for name, rows in controls.items():
+        assert sorted({r["seed"] for r in rows}) == [0, 1, 2] and len({r["kernels"] for r in rows}) == 2, name
+        assert all(len(r["curve"]) == family.SUMS["total_training_steps"] for r in rows)
+    runs, info = family.stored_runs(model="sums", methods=family.ORDER)
     assert info["model"] == "sums" and list(runs) == list(family.ORDER)
     for name, rows in runs.items():
         assert sorted((r["seed"], r["kernels"]) for r in rows) == sorted(

@@ -242,3 +242,18 @@ def test_mismatched_shapes_are_refused_naming_the_argument():
         value_loss(VALUES, VALUES, VALUES[:, :2], MASK)
     with pytest.raises(ValueError, match=r"^cliprange_value: must be a finite number > 0.*Fix"):
         value_loss(VALUES, VALUES, VALUES, MASK, cliprange_value=0.0)
+
+
+def test_explained_variance_by_hand_and_at_its_landmarks():
+    """verl's critic/vf_explained_var: 1 − Var(R − V)/Var(R) over the active tokens."""
+    from grpo_edu.core.gae import explained_variance
+
+    returns = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])                  # the 9 is off the mask
+    assert explained_variance(returns, returns, mask)[0] == pytest.approx(1.0)         # V = R
+    assert explained_variance(torch.full_like(returns, 0.5), returns, mask)[0] == pytest.approx(0.0)   # a constant
+    # V = 0.8 on the right answer's tokens, 0.4 on the wrong's: R − V = 0.2, 0.2, −0.4, −0.4, Var = 0.09; Var(R) = 0.25
+    values = torch.tensor([[0.8, 0.8, 0.0], [0.4, 0.4, 0.0]])
+    ev, info = explained_variance(values, returns, mask)
+    assert ev == pytest.approx(1 - 0.09 / 0.25) and info["return_variance"] == pytest.approx(0.25)
+    assert explained_variance(values, torch.ones(2, 3), mask)[0] is None            # nothing to explain

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from grpo_edu.core.losses import reinforce_loss
+from grpo_edu.core.losses import grpo_loss, reinforce_loss
 from grpo_edu.core.rejection_sampling import select_correct, sft_loss
 
 REWARDS = [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]          # B = 2 prompts, G = 3: the first has two right answers
@@ -68,6 +68,39 @@ def test_it_is_reinforce_with_a_zero_one_advantage_over_the_kept_tokens(B, G, se
     assert info["skip"] == (not bool(keep.any()))
 
 
+def test_the_per_answer_mean_by_hand():
+    # DeepSeekMath's eq. 8: each kept answer over its own tokens, then 1/N over all N = 3 answers:
+    #   L = −(1/3)·[(log 0.5 + log 0.25)/2 + log 0.5/1] = −(1/3)·(−1.5·log 2 − log 2) = (2.5·log 2)/3 = 0.577623
+    logprobs = torch.tensor([[math.log(0.5), math.log(0.25)], [-9.0, -9.0], [math.log(0.5), -7.0]],
+                            requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    keep, _ = select_correct([REWARDS[0]])
+    loss, info = sft_loss(logprobs, mask, keep, normaliser="answer")
+    assert loss.item() == pytest.approx(2.5 * math.log(2) / 3)
+    assert info == {"num_kept": 2, "num_tokens": 3, "skip": False}
+    (grad,) = torch.autograd.grad(loss, logprobs)
+    # the one-token answer's token gets twice the push of each of the two-token answer's: 1/(3·1) against 1/(3·2)
+    assert grad.flatten().tolist() == pytest.approx([-1 / 6, -1 / 6, 0, 0, -1 / 3, 0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 10_000))
+def test_deepseekmaths_rft_is_reinforce_with_the_per_answer_mean_and_no_kl(B, G, seed):
+    """Eq. 8's RFT and the course's ``reinforce`` (Â = R, loss_type "grpo") have one loss and one gradient
+    on-policy (r = 1), without REINFORCE's KL term: what lesson 13's control rests on."""
+    g = torch.Generator().manual_seed(seed)
+    N, T = B * G, 5
+    rewards = torch.randint(0, 2, (B, G), generator=g).double()
+    logprobs = torch.randn(N, T, generator=g, dtype=torch.float64).requires_grad_(True)
+    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (N, 1), generator=g)).double()
+    keep, _ = select_correct(rewards)
+    ours, _ = sft_loss(logprobs, mask, keep, normaliser="answer")
+    theirs, _ = grpo_loss(logprobs, logprobs.detach(), rewards.reshape(-1), mask, loss_type="grpo")
+    (g_ours,) = torch.autograd.grad(ours, logprobs)
+    (g_theirs,) = torch.autograd.grad(theirs, logprobs)
+    assert torch.allclose(g_ours, g_theirs)
+
+
 def test_bad_input_is_refused_naming_the_argument():
     with pytest.raises(ValueError, match=r"^threshold: must be a finite number.*Fix"):
         select_correct(REWARDS, threshold=math.nan)
@@ -78,6 +111,8 @@ def test_bad_input_is_refused_naming_the_argument():
     logprobs, mask = torch.zeros(3, 2), torch.ones(3, 2)
     with pytest.raises(ValueError, match=r"^mask: shape \(3, 3\) does not match logprobs shape \(3, 2\).*Fix"):
         sft_loss(logprobs, torch.ones(3, 3), np.array([True, False, True]))
+    with pytest.raises(ValueError, match=r"^normaliser: unknown value 'mean'.*Fix"):
+        sft_loss(logprobs, mask, np.array([True, False, True]), normaliser="mean")
     with pytest.raises(ValueError, match=r"^keep: must be 3 booleans, one per completion.*Fix"):
         sft_loss(logprobs, mask, torch.tensor([True, False]))
     with pytest.raises(ValueError, match=r"^keep: must be 3 booleans.*Fix"):

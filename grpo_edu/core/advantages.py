@@ -210,11 +210,16 @@ def reinforce_pp_advantages(rewards, lengths=None, *, eps=1e-8):
 def reinforce_advantages(rewards):
     """REINFORCE without a baseline (Williams 1992), (B, G):  Â_i = R_i.
 
-    The reward itself is the advantage. Unbiased, but with a 0/1 reward a wrong answer gets Â = 0 and
-    is never pushed down, and a group that is all right still pushes every answer up. A baseline
-    removes that without bias and lowers the gradient's variance (``policy_gradient.gradient_estimates``
-    with ``baseline="none"`` measures the difference). Not one of verl's estimators; G = 1 is allowed,
-    since there is no group to compare with.
+    The reward itself is the advantage. With a 0/1 reward a wrong answer gets Â = 0 and is never pushed
+    down, and a group that is all right still pushes every answer up. Unbiased for E[R] only under a
+    loss that sums each answer's tokens (or divides by a constant: ``loss_type="dr_grpo"``). Under the
+    default ``loss_type="grpo"`` each answer is averaged over its own |o| tokens, and since
+    E[R·(1/|o|)·∇log π(o)] = ∇E[R/|o|], the update maximises the reward per token E[R/|o|], which prefers
+    short answers: on lesson 11's sums model it collapsed to bare answers (lesson 13, section 6b).
+    A baseline removes the push on all-right groups without bias; whether it lowers the gradient's
+    noise depends on the task: ``policy_gradient.gradient_estimates`` with ``baseline="none"`` measures
+    it, and lesson 13 measured GRPO's baseline *raising* the noise-to-signal ratio on the adder.
+    Not one of verl's estimators; G = 1 is allowed, since there is no group to compare with.
     """
     array, back = _as_rewards(rewards, min_group=1)
     return back(array.copy())                                         # Â_i = R_i, (B, G)

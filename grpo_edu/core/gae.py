@@ -160,3 +160,25 @@ def value_loss(values, old_values, returns, mask, *, cliprange_value=0.5):
             "return_mean": float((returns * mask).sum() / active),
         }
     return loss, info
+
+
+def explained_variance(values, returns, mask):
+    """How much of the returns' spread the critic explains: 1 − Var(R − V) / Var(R) over the mask's tokens.
+
+    verl logs it as ``critic/vf_explained_var`` (its ``compute_data_metrics``), from the values the batch
+    was scored with. 1: V predicts every return; 0: V is no better than one constant (the batch's mean
+    return, a constant baseline); below 0: worse than that constant. GRPO's group mean is a baseline per
+    prompt, so a critic has to beat 0 by a margin before it can match it.
+
+    values, returns, mask: (N, T). Returns ``(ev, info)``; ``ev`` is None when the returns do not vary
+    (Var(R) = 0: nothing to explain); ``info``: ``return_variance``, ``residual_variance``.
+    """
+    _check_shapes(mask, values=values, returns=returns)
+    real = mask.bool()
+    v, r = values.detach()[real].double(), returns.detach()[real].double()     # the active tokens, (K,)
+    if r.numel() < 2:
+        return None, {"return_variance": 0.0, "residual_variance": 0.0}
+    var_r = float(r.var(unbiased=False))                                        # Var(R)
+    var_res = float((r - v).var(unbiased=False))                                # Var(R − V)
+    ev = None if var_r == 0 else 1.0 - var_res / var_r                          # 1 − Var(R − V) / Var(R)
+    return ev, {"return_variance": var_r, "residual_variance": var_res}

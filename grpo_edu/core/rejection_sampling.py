@@ -4,9 +4,21 @@ The simplest way to learn from a verifier, under three names: RAFT (Dong et al. 
 ranked fine-tuning"), expert iteration (Anthony et al. 2017; Havrilla et al. 2024 for LLM
 reasoning) and STaR (Zelikman et al. 2022). Sample G answers per prompt, keep those the reward
 accepts (the set K), and minimise the ordinary supervised loss on them, the negative
-log-likelihood, token-mean over the kept answers:
+log-likelihood. Two normalisers are in use (``normaliser``):
 
-    L = −( Σ_{i∈K} Σ_t log π_θ(o_{i,t} | q, o_{<t}) ) / Σ_{i∈K} |o_i|
+* ``"tokens"`` (the default; what RAFT's and STaR's code do, as any SFT trainer does): a token mean
+  over all kept tokens, so every kept token weighs the same and a long answer weighs more:
+
+      L = −( Σ_{i∈K} Σ_t log π_θ(o_{i,t} | q, o_{<t}) ) / Σ_{i∈K} |o_i|
+
+* ``"answer"`` (DeepSeekMath's RFT, appendix A.1.2, eq. 8): each answer averaged over its own tokens,
+  then 1/G over all G answers, the rejected ones counting as 0:
+
+      L = −(1/N) Σ_{i∈K} (1/|o_i|) Σ_t log π_θ(o_{i,t} | q, o_{<t})        (N = B·G)
+
+  Its gradient is REINFORCE's with Â_i = R_i ∈ {0, 1} and GRPO's per-answer mean, without the KL
+  term: the course's ``reinforce`` run. Since E[R·(1/|o|)·∇log π(o)] = ∇E[R/|o|], it maximises
+  E[R/|o|], which prefers a short right answer to a long one (lesson 13).
 
 It is a policy gradient in disguise: REINFORCE with Â_i = 1 for a kept answer and Â_i = 0 for
 the rest, no ratio, no clip, no KL. Two differences from GRPO follow: a wrong answer is never
@@ -51,13 +63,20 @@ def select_correct(rewards, *, threshold=1.0, max_per_prompt=None):
     return back(keep), info
 
 
-def sft_loss(logprobs, mask, keep):
-    """The negative log-likelihood of the kept answers, token-mean over their tokens; see the module doc.
+NORMALISERS = ("tokens", "answer")
+"""``sft_loss``'s ``normaliser``: "tokens", a token mean over all kept tokens (RAFT, STaR, SFT); "answer",
+each answer over its own tokens, then 1/N over all answers (DeepSeekMath's RFT, eq. 8)."""
+
+
+def sft_loss(logprobs, mask, keep, *, normaliser="tokens"):
+    """The negative log-likelihood of the kept answers; see the module doc.
 
     logprobs: (N, T) log π_θ of each completion token, with its gradient; mask: (N, T);
-    keep: (N,) or (B, G) bool, from :func:`select_correct`.
+    keep: (N,) or (B, G) bool, from :func:`select_correct`. ``normaliser`` (:data:`NORMALISERS`): "tokens"
+    divides by the kept tokens; "answer" divides each kept answer by its own length, then by N (the rows
+    given, kept or not).
 
-    Returns ``(loss, info)``; ``info``: ``num_kept``, ``num_tokens`` (kept tokens, the denominator),
+    Returns ``(loss, info)``; ``info``: ``num_kept``, ``num_tokens`` (kept tokens, the "tokens" denominator),
     ``skip``. With nothing kept the loss is 0, still attached to ``logprobs`` so ``backward()`` runs
     (and gives a zero gradient), and ``skip`` is True: skip the optimizer step.
     """
@@ -67,6 +86,7 @@ def sft_loss(logprobs, mask, keep):
     if tuple(mask.shape) != tuple(logprobs.shape):
         _checks.fail("mask", f"shape {tuple(mask.shape)} does not match logprobs shape {tuple(logprobs.shape)}",
                      "pass one 0/1 per completion token, (N, T) like logprobs")
+    _checks.choice("normaliser", normaliser, NORMALISERS)
     keep = torch.as_tensor(keep).reshape(-1)                           # (N,)
     if keep.dtype != torch.bool or keep.shape[0] != logprobs.shape[0]:
         _checks.fail("keep", f"must be {logprobs.shape[0]} booleans, one per completion, got "
@@ -76,6 +96,11 @@ def sft_loss(logprobs, mask, keep):
         _checks.fail("logprobs", "holds NaN or infinite values, so the loss would be NaN",
                      "fix what produced them (a diverged model) before computing the loss")
     num_tokens = int(kept.sum())
-    # L = −Σ_{i∈K,t} log π_θ(o_{i,t}) / Σ_{i∈K} |o_i|
-    loss = -(logprobs * kept).sum() / max(num_tokens, 1)
+    if normaliser == "tokens":
+        # L = −Σ_{i∈K,t} log π_θ(o_{i,t}) / Σ_{i∈K} |o_i|
+        loss = -(logprobs * kept).sum() / max(num_tokens, 1)
+    else:
+        lengths = mask.to(logprobs.dtype).sum(1).clamp(min=1)                 # |o_i|, (N,)
+        # L = −(1/N) Σ_{i∈K} (1/|o_i|) Σ_t log π_θ(o_{i,t})
+        loss = -((logprobs * kept).sum(1) / lengths).sum() / logprobs.shape[0]
     return loss, {"num_kept": int(keep.sum()), "num_tokens": num_tokens, "skip": num_tokens == 0}

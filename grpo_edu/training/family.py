@@ -9,12 +9,19 @@ only what a step learns from those answers differs. Each trainer's ``step()`` re
 ``reinforce``  Â_i = R_i: no baseline at all (``advantage_estimator="reinforce"``)
 ``ppo``        a critic V(s_t) (``training.critic``), Â_{i,t} by GAE(γ, λ) with R_i on the last token,
                the same clipped surrogate with one advantage per token, and PPO's clipped value loss
-``rft``        keep the right answers, one supervised step on them (RAFT, expert iteration, STaR)
+``rft``        keep the right answers, one supervised step on them, a token mean over all kept tokens
+               (RAFT's and STaR's code; ``rft_normaliser="tokens"``)
 ``dpo``        one (right, wrong) pair per prompt from the same G answers, the DPO loss against the
                frozen start model π_ref, re-sampled from the current policy each step (online)
 ``dpo_offline`` the same pairs, sampled from π_ref itself at every step: the distribution of a
                dataset made once from the start model before training (offline DPO)
 =============  =====================================================================================
+
+Two controls (lesson 13's test of what made ``reinforce`` collapse on the sums model):
+``reinforce_dr_grpo`` is ``reinforce`` with ``loss_type="dr_grpo"`` (a constant normaliser, N·|o|_max, in
+place of each answer's own length); ``rft_answer_mean`` is ``rft`` with ``rft_normaliser="answer"``, each
+answer averaged over its own tokens: DeepSeekMath's RFT (appendix A.1.2, eq. 8), whose gradient is
+``reinforce``'s without the KL term.
 
 Names follow verl and TRL: ``gamma`` γ and ``lam`` λ (verl's ``algorithm.gamma`` / ``algorithm.lam``),
 ``cliprange_value`` (verl's ``critic.cliprange_value``), ``beta`` and ``ref_model`` (TRL's ``DPOTrainer``).
@@ -37,8 +44,8 @@ import torch
 
 from grpo_edu.common import _checks
 from grpo_edu.core.dpo import dpo_loss, preference_pairs, sequence_logprobs
-from grpo_edu.core.gae import gae_advantages, value_loss
-from grpo_edu.core.rejection_sampling import select_correct, sft_loss
+from grpo_edu.core.gae import explained_variance, gae_advantages, value_loss
+from grpo_edu.core.rejection_sampling import NORMALISERS, select_correct, sft_loss
 from grpo_edu.core.schedule import learning_rate_at
 from grpo_edu.training.critic import Critic
 from grpo_edu.training.rollout import completion_logprobs
@@ -68,6 +75,10 @@ class FamilyConfig:
     """Rejection sampling keeps the answers with reward ≥ this (a right answer, with a 0/1 reward)."""
     max_per_prompt: int | None = None
     """Rejection sampling keeps at most this many right answers per prompt (RAFT: 1); None keeps them all."""
+    rft_normaliser: str = "tokens"
+    """Rejection sampling's loss: "tokens", a token mean over all kept tokens (RAFT's and STaR's code, any SFT
+    trainer); "answer", each kept answer over its own tokens, then 1/N over all N answers: DeepSeekMath's RFT
+    (eq. 8), whose gradient is REINFORCE's with GRPO's per-answer mean (``core.rejection_sampling``)."""
 
     def __post_init__(self):
         for name, meaning in (("gamma", "the discount γ"), ("lam", "the GAE λ")):
@@ -85,6 +96,9 @@ class FamilyConfig:
                          "every weight by about the rate each step, so the critic's values overflow",
                          "pass 1e-3 for the bundled models")
         _checks.finite_float("threshold", self.threshold, fix="pass the smallest reward that counts as right, e.g. 1.0")
+        if self.rft_normaliser not in NORMALISERS:
+            _checks.fail("rft_normaliser", f"unknown value {self.rft_normaliser!r}",
+                         "pass 'tokens' (RAFT, STaR: a token mean) or 'answer' (DeepSeekMath's RFT, eq. 8)")
         if self.max_per_prompt is not None:
             _checks.positive_int("max_per_prompt", self.max_per_prompt,
                                  fix="pass how many right answers to keep per prompt (RAFT: 1), or None for all")
@@ -148,6 +162,12 @@ class PPOTrainer(_FamilyTrainer):
             3. Â_{i,t}, returns R_t = GAE(R, V_old; γ, λ)   (core.gae.gae_advantages, R on the last token)
             4. the policy's clipped loss with Â_{i,t}      (GRPOTrainer._update: the same code as GRPO)
             5. the critic's clipped value loss on R_t       (core.gae.value_loss), its own optimizer
+
+    ``num_iterations`` (GRPOConfig; verl's ``ppo_epochs``) updates each model on every batch. With one, the ratio
+    is 1 and V = V_old on the only update, so neither the ratio clip nor the value clip can act: a one-update
+    actor-critic. From the second update on both can; the step logs ``clip_fraction`` and
+    ``value_clip_fraction`` (means over the step's updates) and the critic's ``explained_variance``
+    (``core.gae.explained_variance`` of V_old against the returns, verl's ``critic/vf_explained_var``).
     """
 
     method = "PPO"
@@ -169,6 +189,7 @@ class PPOTrainer(_FamilyTrainer):
             self._set_learning_rate(step)
             update = self._update(rollout, advantages.to(self.device), ref_logprobs)     # 4. the policy
             update.update(self._update_critic(rollout, old_values, returns, step))       # 5. the critic
+            update["explained_variance"], _ = explained_variance(old_values, returns, rollout.completion_mask)
         return self._finish(step, t0, rows, rollout, rewards, reward_info, update)
 
     def token_advantages(self, rollout, rewards):
@@ -214,11 +235,15 @@ class RejectionSamplingTrainer(_FamilyTrainer):
         for step = 1 … total_steps:
             1. B prompts, G answers each, rewards R        (as GRPO)
             2. keep the answers with R ≥ threshold          (core.rejection_sampling.select_correct)
-            3. one supervised step on the kept answers      (sft_loss: their token-mean NLL)
+            3. one supervised step on the kept answers      (sft_loss: their NLL, by rft_normaliser)
                nothing kept → the step is skipped and logged
     """
 
     method = "rejection sampling"
+
+    def run_name(self):
+        per_answer = self.family.rft_normaliser == "answer"
+        return super().run_name() + (" (rft_normaliser=answer: DeepSeekMath's eq. 8)" if per_answer else "")
 
     def step(self):
         t0, step = time.perf_counter(), self.step_count + 1
@@ -237,7 +262,8 @@ class RejectionSamplingTrainer(_FamilyTrainer):
         return self._finish(step, t0, rows, rollout, rewards, reward_info, update)
 
     def _sft_update(self, rollout, keep):
-        """``num_iterations`` AdamW steps on the kept answers' NLL, micro-batched, token-mean over all kept tokens."""
+        """``num_iterations`` AdamW steps on the kept answers' NLL, micro-batched: a token mean over all kept tokens,
+        or each answer over its own tokens and then 1/N (``FamilyConfig.rft_normaliser``)."""
         c = self.config
         mask = self._mask(rollout)                                                       # (N, T), no tool reply
         N, T = mask.shape
@@ -251,8 +277,10 @@ class RejectionSamplingTrainer(_FamilyTrainer):
                 logprobs, entropy = completion_logprobs(self.model, rollout.input_ids[rows],
                                                         rollout.attention_mask[rows], T,
                                                         temperature=c.temperature, with_entropy=True)
-                loss, info = sft_loss(logprobs, mask[rows], keep[rows])
-                share = info["num_tokens"] / total                                       # its part of the token-mean
+                normaliser = self.family.rft_normaliser
+                loss, info = sft_loss(logprobs, mask[rows], keep[rows], normaliser=normaliser)
+                # its part of the step's mean: of the kept tokens ("tokens") or of the N answers ("answer")
+                share = info["num_tokens"] / total if normaliser == "tokens" else logprobs.shape[0] / N
                 (loss * share).backward()
                 stats["loss"] += float(loss.detach()) * share / c.num_iterations
                 stats["entropy"] += float((entropy * mask[rows]).sum()) / float(mask.sum()) / c.num_iterations
@@ -337,6 +365,7 @@ class DPOTrainer(_FamilyTrainer):
                  "reward_margin": 0.0, "reward_accuracy": 0.0}
         for _ in range(c.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
+            seqs, chosen, rejected = [], [], []                                          # for TRL's DPO log
             for rows in chunks:
                 logprobs, entropy = completion_logprobs(self.model, input_ids[rows], attention[rows], T,
                                                         temperature=c.temperature, with_entropy=True)
@@ -349,8 +378,26 @@ class DPOTrainer(_FamilyTrainer):
                 for key in ("loss", "reward_margin", "reward_accuracy"):
                     stats[key] += info[key] * share / c.num_iterations
                 stats["entropy"] += float((entropy * mask[rows]).sum() / mask.sum()) / c.num_iterations
+                seqs.append(seq.detach())
+                chosen.append(info["chosen_rewards"])
+                rejected.append(info["rejected_rewards"])
+            stats.update(self._dpo_diagnostics(torch.cat(seqs), {"chosen_rewards": torch.cat(chosen),
+                                                                 "rejected_rewards": torch.cat(rejected)}))
             stats["grad_norm"] = self._clip_and_step(self.optimizer, self.model.parameters())
         return stats
+
+    @staticmethod
+    def _dpo_diagnostics(seq, info):
+        """TRL's DPO log, from the pairs' (P, 2) summed log-probs under π_θ before the update and ``dpo_loss``'s
+        info: ``rewards/chosen`` and ``rewards/rejected`` (the mean implicit rewards β·(log π_θ − log π_ref)),
+        ``rewards/margins``, ``rewards/accuracies``, and ``logps/chosen``, ``logps/rejected`` (mean log π_θ).
+        A chosen reward below 0 means the policy now gives its chosen answers *less* probability than π_ref
+        did: "likelihood displacement" (Razin et al. 2024), which the margin alone hides."""
+        chosen, rejected = info["chosen_rewards"], info["rejected_rewards"]             # (P,) each
+        return {"rewards/chosen": float(chosen.mean()), "rewards/rejected": float(rejected.mean()),
+                "rewards/margins": float((chosen - rejected).mean()),
+                "rewards/accuracies": float((chosen > rejected).float().mean()),
+                "logps/chosen": float(seq[:, 0].mean()), "logps/rejected": float(seq[:, 1].mean())}
 
 
 METHODS = {
@@ -360,9 +407,15 @@ METHODS = {
     "rft": (RejectionSamplingTrainer, {"beta": 0.0}),
     "dpo": (DPOTrainer, {"beta": 0.0}),
     "dpo_offline": (DPOTrainer, {"beta": 0.0}),
+    "reinforce_dr_grpo": (GRPOTrainer, {"advantage_estimator": "reinforce", "loss_type": "dr_grpo"}),
+    "rft_answer_mean": (RejectionSamplingTrainer, {"beta": 0.0}),
 }
 """method → (its trainer, the ``GRPOConfig`` fields it changes). Rejection sampling and DPO have no KL term
-(``beta`` = 0: SFT has none, DPO's anchor is its own β and π_ref); the policy-gradient methods keep the run's."""
+(``beta`` = 0: SFT has none, DPO's anchor is its own β and π_ref); the policy-gradient methods keep the run's.
+The last two are lesson 13's controls (the module doc)."""
+
+FAMILY_CHANGES = {"rft_answer_mean": {"rft_normaliser": "answer"}}
+"""method → the :class:`FamilyConfig` fields it changes (on the one passed, or the defaults)."""
 
 
 def make_trainer(method, config, *, family=None, **kwargs):
@@ -379,4 +432,6 @@ def make_trainer(method, config, *, family=None, **kwargs):
         return GRPOTrainer(config, **kwargs)
     if cls is DPOTrainer:
         kwargs["offline"] = method == "dpo_offline"
+    if method in FAMILY_CHANGES:
+        family = dataclasses.replace(family if family is not None else FamilyConfig(), **FAMILY_CHANGES[method])
     return cls(config, family=family, **kwargs)

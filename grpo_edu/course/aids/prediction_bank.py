@@ -81,6 +81,15 @@ PREDICTIONS: dict[str, Prediction] = {
     "12.P3": Prediction("Dynamic sampling (DAPO) drops the dead groups of a step and samples 8 more prompts at a "
                         "time until the step holds 8 live groups. Over the same 6 steps, how many times plain "
                         "GRPO's completions will it generate?", tolerance=0.25),
+    "13.P1": Prediction("PPO with a critic against GRPO on the adder, both at 16 prompts × 8 answers per step for 60 "
+                        "steps. PPO's held-out accuracy after the run will be: 'higher', 'the same' (within 2 points "
+                        "on every seed) or 'lower'?", choices=("higher", "the same", "lower")),
+    "13.P2": Prediction("Online DPO (one right-wrong pair per prompt from the same 8 answers) against GRPO on the "
+                        "adder. Its held-out accuracy after 60 steps will be, on every seed: 'above', 'level' (a mix "
+                        "of signs) or 'below'?", choices=("above", "level", "below")),
+    "13.P3": Prediction("Rejection sampling (copy the right answers) against GRPO, on one fixed batch of the adder: "
+                        "its gradient's noise-to-signal ratio will be 'quieter' (under half of GRPO's), 'about the "
+                        "same' or 'noisier' (over twice GRPO's)?", choices=("quieter", "about the same", "noisier")),
     "14.P1": Prediction("A step of lesson 11's model (32 answers of up to 42 tokens) with the readable loop sampler. "
                         "Which part takes the most time: 'sampling', 'reference', 'policy' (forward and backward) or "
                         "'optimizer'?", choices=("sampling", "reference", "policy", "optimizer")),

@@ -50,6 +50,10 @@ MODELS = tuple(BUDGETS)
 
 ORDER = ("grpo", "reinforce", "ppo", "rft", "dpo", "dpo_offline")
 """The methods, in the order tables show them (the keys of ``training.family.METHODS``)."""
+CONTROLS = ("reinforce_dr_grpo", "rft_answer_mean")
+"""Lesson 13's controls, run on the sums model only when asked (``--methods``): ``reinforce`` with a constant
+normaliser (``loss_type="dr_grpo"``) and ``rft`` with each answer averaged over its own tokens (DeepSeekMath's
+RFT, eq. 8). Tables show them after :data:`ORDER`."""
 
 METRICS = ("before", "after", "pass@8", "generated", "length", "entropy", "skipped", "seconds")
 """The numeric columns of a run's row (``tokens_to_target`` may be None: the run never reached the target)."""
@@ -79,10 +83,12 @@ def budget(model="adder"):
     return {**PRESETS.get(model, {}), **BUDGETS[model]}
 
 
-def _config(seed, steps=None, eval_size=None, model="adder"):
+def _config(seed, steps=None, eval_size=None, model="adder", num_iterations=None):
     from grpo_edu.training.config import GRPOConfig
 
     settings = {**budget(model), "seed": seed}
+    if num_iterations is not None:
+        settings["num_iterations"] = num_iterations
     if steps is not None:
         settings["total_training_steps"] = steps
     if eval_size is not None:
@@ -104,16 +110,24 @@ def tokens_to_target(history, completions_per_step, target=TARGET, window=TARGET
     return None, None
 
 
-def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", progress=False):
+def _mean_of(history, key):
+    """The mean of ``key`` over the steps that logged a number for it; None when none did."""
+    values = [m[key] for m in history if isinstance(m.get(key), (int, float))]
+    return statistics.fmean(values) if values else None
+
+
+def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", num_iterations=None, progress=False):
     """Train method ``name`` from ``model`` (:data:`MODELS`: the bundled adder or lesson 11's sums model) on
-    its budget (:func:`budget`): (row, info). ``row``: :data:`METRICS`, ``tokens_to_target``,
-    ``steps_to_target`` and ``curve`` (training accuracy per step); ``info["trainer"]``."""
+    its budget (:func:`budget`), with ``num_iterations`` updates per batch when given: (row, info). ``row``:
+    :data:`METRICS`, ``tokens_to_target``, ``steps_to_target``, ``curve`` (training accuracy per step), and the
+    means over the run of ``clip_fraction`` (the ratio clip), and for PPO ``value_clip_fraction`` and
+    ``explained_variance`` (also ``explained_variance_last``, over the last quarter); ``info["trainer"]``."""
     from grpo_edu.training.evaluation import answer_entropy
     from grpo_edu.training.family import make_trainer
 
-    if name not in ORDER:
-        raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
-    config = _config(seed, steps, eval_size, model)
+    if name not in ORDER + CONTROLS:
+        raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER + CONTROLS)}.")
+    config = _config(seed, steps, eval_size, model, num_iterations)
     trainer = make_trainer(name, config)
     rows = trainer.eval_rows
     entropy_before, _ = answer_entropy(trainer.model, trainer.tokenizer, [r["prompt"] for r in rows],
@@ -141,11 +155,17 @@ def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", progr
            "skipped": sum(bool(m.get("skipped")) for m in history),
            "seconds": statistics.median(m["seconds"] for m in history), "run_seconds": seconds,
            "steps_to_target": step_to, "tokens_to_target": tokens_to,
-           "curve": [m["accuracy"] for m in history]}
+           "curve": [m["accuracy"] for m in history],
+           "clip_fraction": _mean_of(history, "clip_fraction")}
+    if any("value_clip_fraction" in m for m in history):                      # PPO: its critic's diagnostics
+        row.update(value_clip_fraction=_mean_of(history, "value_clip_fraction"),
+                   explained_variance=_mean_of(history, "explained_variance"),
+                   explained_variance_last=_mean_of(tail, "explained_variance"))
     return row, {"trainer": trainer}
 
 
-def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", progress=False, results=None, on_row=None):
+def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", num_iterations=None, progress=False, results=None,
+               on_row=None):
     """{method: [row per seed]} for every method and seed (:func:`run_method`); each row also holds its ``seed``.
 
     ``results``: rows already made (a resumed comparison's), whose (method, seed) runs are skipped; ``on_row``:
@@ -156,7 +176,7 @@ def comparison(names=ORDER, seeds=(0,), *, steps=None, model="adder", progress=F
         for seed in seeds:
             if any(row["seed"] == seed for row in results.get(name, [])):
                 continue                                            # finished before: kept as it is
-            row = run_method(name, seed, steps=steps, model=model, progress=progress)[0]
+            row = run_method(name, seed, steps=steps, model=model, num_iterations=num_iterations, progress=progress)[0]
             results.setdefault(name, []).append({**row, "seed": seed})
             if on_row is not None:
                 on_row(results)
@@ -183,25 +203,27 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     f = family or FamilyConfig()
     mask = trained_mask(rollout)                                  # every method's rule (a tool's replies out)
     logprobs, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, mask.shape[1])
-    if name in ("grpo", "reinforce"):
-        adv = estimate_advantages(rewards, estimator=name).reshape(-1)                    # (N,)
-        return grpo_loss(logprobs, logprobs.detach(), adv.to(logprobs.dtype), mask)[0]
+    if name in ("grpo", "reinforce", "reinforce_dr_grpo"):
+        adv = estimate_advantages(rewards, estimator=name.removesuffix("_dr_grpo")).reshape(-1)   # (N,)
+        loss_type = "dr_grpo" if name == "reinforce_dr_grpo" else "grpo"
+        return grpo_loss(logprobs, logprobs.detach(), adv.to(logprobs.dtype), mask, loss_type=loss_type)[0]
     if name == "ppo":
         with torch.no_grad():
             values = critic(rollout.input_ids, rollout.attention_mask, mask.shape[1])      # (N, T)
         adv, _ = gae_advantages(rewards.reshape(-1).float(), values, mask, gamma=f.gamma, lam=f.lam,
                                 whiten=f.whiten_advantages)
         return grpo_loss(logprobs, logprobs.detach(), adv, mask)[0]
-    if name == "rft":
+    if name in ("rft", "rft_answer_mean"):
         keep, info = select_correct(rewards, threshold=f.threshold, max_per_prompt=f.max_per_prompt)
-        return None if info["skip"] else sft_loss(logprobs, mask, keep.reshape(-1))[0]
+        normaliser = "answer" if name == "rft_answer_mean" else f.rft_normaliser
+        return None if info["skip"] else sft_loss(logprobs, mask, keep.reshape(-1), normaliser=normaliser)[0]
     if name in ("dpo", "dpo_offline"):
         pairs, info = preference_pairs(rewards)
         if info["num_pairs"] == 0:
             return None
         seq, ref = sequence_logprobs(logprobs, mask), sequence_logprobs(ref_logprobs, mask)   # (N,)
         return dpo_loss(seq[pairs[:, 0]], seq[pairs[:, 1]], ref[pairs[:, 0]], ref[pairs[:, 1]], beta=f.beta)[0]
-    raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER)}.")
+    raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER + CONTROLS)}.")
 
 
 def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_generations=None,
@@ -317,12 +339,13 @@ def step_cost(names=ORDER, *, steps=8, warmup=2, model="adder"):
 
 
 # --- stored runs and their tables ---------------------------------------------------------------------------
-def stored_runs(folder=None, model="adder"):
+def stored_runs(folder=None, model="adder", methods=None):
     """Every stored run of ``model`` under its folder (:data:`FAMILY_DIRS`: ``assets/family`` for the adder,
     ``assets/family-sums`` for the sums model) or ``folder``, merged: ({method: [rows]}, info), as
     ``variants.stored_race`` merges lesson 12's race. ``info`` also holds ``model``, ``gradient_noise`` and
     ``step_cost`` ({kernels: {seed or "cost": …}}) where a file has them. A file of another model is refused
-    (files without a ``model`` field are the adder's, written before the field existed)."""
+    (files without a ``model`` field are the adder's, written before the field existed). ``methods``: keep only
+    these methods (rows, noise and cost), e.g. :data:`ORDER` without the controls."""
     from pathlib import Path
 
     from grpo_edu.common import _checks
@@ -345,11 +368,28 @@ def stored_runs(folder=None, model="adder"):
     info["model"], info["gradient_noise"], info["step_cost"] = model, {}, {}
     for path, stored in files.items():
         kernels = stored["cpu_capability"]
-        for seed, noise in stored.get("gradient_noise", {}).items():
-            info["gradient_noise"].setdefault(kernels, {})[int(seed)] = noise
-        if stored.get("step_cost"):
-            info["step_cost"][kernels] = stored["step_cost"]
-    return {name: results[name] for name in (*ORDER, *sorted(set(results) - set(ORDER))) if name in results}, info
+        for seed, noise in stored.get("gradient_noise", {}).items():        # two files of one kernel set: merged
+            kept = {name: v for name, v in noise.items() if methods is None or name in methods}
+            if kept:
+                info["gradient_noise"].setdefault(kernels, {}).setdefault(int(seed), {}).update(kept)
+        cost = {name: v for name, v in (stored.get("step_cost") or {}).items() if methods is None or name in methods}
+        if cost:
+            info["step_cost"].setdefault(kernels, {}).update(cost)
+    order = (*ORDER, *CONTROLS, *sorted(set(results) - set(ORDER) - set(CONTROLS)))
+    return {name: results[name] for name in order if name in results and (methods is None or name in methods)}, info
+
+
+UPDATES_DIR = "family-updates4"
+"""The folder under ``assets/`` of the adder's GRPO and PPO runs with four updates per batch (``--num-iterations
+4``), where the ratio clip and the value clip can act; read by :func:`stored_updates`, never merged with
+:data:`FAMILY_DIRS`' one-update runs."""
+
+
+def stored_updates(folder=None):
+    """The stored runs with four updates per batch (:data:`UPDATES_DIR`), as :func:`stored_runs` reads a folder."""
+    from grpo_edu.training.models import ASSETS
+
+    return stored_runs(folder if folder is not None else ASSETS / UPDATES_DIR)
 
 
 def target_rows(results):
@@ -376,7 +416,35 @@ def noise_rows(info):
                 if v["noise_to_signal"] is not None:
                     values.setdefault(name, []).append(v["noise_to_signal"])
     return [{"method": name, "noise / signal (median [min, max])": _cell(values[name])}
-            for name in ORDER if name in values]
+            for name in ORDER + CONTROLS if name in values]
+
+
+def paired_intervals(differences, *, alpha=0.05):
+    """An interval for each method's mean paired difference against GRPO, from the spread pooled over all of
+    them, corrected for the k comparisons made at once (Bonferroni): mean ± t_{1−α/(2k), df} · s / √n, with s
+    the pooled SD of one paired difference (``variants.pooled_spread``) and df = Σ (n − 1) its degrees of
+    freedom. Five methods on three seeds: df = 10, t_{0.995, 10} = 3.17. A method whose interval leaves 0 out is
+    "behind" or "ahead" at family level α; otherwise "unresolved".
+
+    ``differences``: {method: {seed: difference}} (``variants.paired_differences``). Returns (rows, info):
+    rows for ``viz.Table`` (per-seed differences, mean, ±, verdict, all in points), info: ``spread``, ``df``,
+    ``t``, ``comparisons``, and ``verdicts`` {method: verdict}, ``half_widths`` {method: ± as a fraction}."""
+    from grpo_edu.course.experiments.variants import pooled_spread, t_quantile
+
+    spread = pooled_spread(differences)
+    k = len(differences)
+    df = sum(len(d) - 1 for d in differences.values() if len(d) > 1)
+    t = t_quantile(1 - alpha / (2 * k), df)
+    rows, verdicts, halves = [], {}, {}
+    for name, diffs in differences.items():
+        d = list(diffs.values())
+        mean, half = sum(d) / len(d), t * spread / len(d) ** 0.5              # d̄ ± t·s/√n
+        verdicts[name] = "unresolved" if abs(mean) <= half else ("ahead" if mean > 0 else "behind")
+        halves[name] = half
+        rows.append({"method": name, "per seed (points)": ", ".join(f"{100 * x:+.1f}" for x in d),
+                     "mean (points)": f"{100 * mean:+.1f}", "± (points)": f"{100 * half:.1f}",
+                     "verdict": verdicts[name]})
+    return rows, {"spread": spread, "df": df, "t": t, "comparisons": k, "verdicts": verdicts, "half_widths": halves}
 
 
 def format_table(results):
@@ -391,13 +459,19 @@ MAX_RESAMPLES = 1000
 pass per method (the default, 24, resolves every method's noise; a million would run for days)."""
 
 
+def stored_budget(args):
+    """The budget a comparison's file records: the model's, with ``--num-iterations`` where it was given."""
+    return {**budget(args.model), **({"num_iterations": args.num_iterations} if args.num_iterations is not None
+                                     else {})}
+
+
 def settings_of(args):
     """What makes two comparisons' rows comparable, so that a file can be resumed: the model, its budget with
     ``--steps`` applied, the gradient-noise draws, and this machine's kernel set and torch version."""
     import torch
 
-    return {"model": args.model, "budget": {**budget(args.model), **({"total_training_steps": args.steps}
-                                                                     if args.steps is not None else {})},
+    return {"model": args.model, "budget": {**stored_budget(args), **({"total_training_steps": args.steps}
+                                                                       if args.steps is not None else {})},
             "resamples": args.resamples, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch": torch.__version__}
 
@@ -408,6 +482,8 @@ def _check_args(parser, args):
 
     seeds = check_seeds_names_steps(parser, args, "--methods", args.methods,
                                     BUDGETS[args.model]["total_training_steps"])
+    if args.num_iterations is not None and args.num_iterations < 1:
+        parser.error(f"--num-iterations: is {args.num_iterations}. Fix: give 1 or more updates per batch")
     if not 2 <= args.resamples <= MAX_RESAMPLES:
         parser.error(f"--resamples: is {args.resamples}. Fix: give 2 or more (a variance needs two draws) and at "
                      f"most {MAX_RESAMPLES} (each draw samples every answer again; the default is 24)")
@@ -478,7 +554,7 @@ class _Kept:
         command = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--resume"]
         settings, before = settings_of(args), args.stored or {}
         self.stored = {"command": "grpo-edu family " + " ".join(command), "model": args.model,
-                       "budget": budget(args.model), "settings": settings,
+                       "budget": stored_budget(args), "settings": settings,
                        "cpu_capability": settings["cpu_capability"], "torch": settings["torch"],
                        "results": before.get("results", {}), "gradient_noise": before.get("gradient_noise", {}),
                        "step_cost": before.get("step_cost")}
@@ -506,12 +582,18 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(prog="grpo-edu family", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0")
-    parser.add_argument("--methods", nargs="+", choices=ORDER, default=list(ORDER))
+    parser.add_argument("--methods", nargs="+", choices=ORDER + CONTROLS, default=list(ORDER),
+                        help="default: the six of ORDER; the controls (CONTROLS: reinforce_dr_grpo, "
+                             "rft_answer_mean) run only when named")
     parser.add_argument("--model", choices=MODELS, default="adder",
                         help="the start model: adder (the bundled adder, default) or sums (lesson 11's model, "
                              "long worked answers); each has its own budget (BUDGETS)")
     parser.add_argument("--steps", type=int, default=None,
                         help=", ".join(f"default {b['total_training_steps']} ({m})" for m, b in BUDGETS.items()))
+    parser.add_argument("--num-iterations", type=int, default=None, metavar="MU",
+                        help="optimizer updates per sampled batch for every method (GRPOConfig.num_iterations, "
+                             "verl's ppo_epochs; default 1): from the second update on the ratio clip and PPO's "
+                             "value clip can act. Store such runs in a folder of their own")
     parser.add_argument("--resamples", type=int, default=24,
                         help=f"answer draws per seed for the gradient's noise (default 24, 2 to {MAX_RESAMPLES})")
     parser.add_argument("--cost", action="store_true",
@@ -531,8 +613,9 @@ def main(argv=None):
     if args.stored:
         done = sum(len(rows) for rows in stored["results"].values())
         print(f"resuming {args.json}: {done} finished runs kept")
-    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model, progress=True,
-                         results=stored["results"], on_row=lambda _: kept.save())
+    results = comparison(args.methods, args.seeds, steps=args.steps, model=args.model,
+                         num_iterations=args.num_iterations, progress=True, results=stored["results"],
+                         on_row=lambda _: kept.save())
     stored["results"] = results
     noise = stored["gradient_noise"]
     for seed in args.seeds:
