@@ -465,3 +465,18 @@ def test_generate_with_tools_refuses_a_budget_past_the_context():
     model, tokenizer = load_model_and_tokenizer(calc_model_dir())
     with pytest.raises(ValueError, match=r"^max_new_tokens: is 200, but the model has 48 positions"):
         generate_with_tools(model.eval(), tokenizer, ["347+85="], Tool(), num_generations=2, max_new_tokens=200)
+
+
+def test_gradient_checkpointings_input_hook_keeps_the_fast_path():
+    """Gradient checkpointing hooks the embeddings (transformers' enable_input_require_grads: requires_grad_ on
+    their output, no value changed); a run with it on must still sample on the fast path, LoRA or not."""
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    for lora_rank in (None, 4):
+        trainer = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0,
+                                         gradient_checkpointing=True, lora_rank=lora_rank))
+        embed = trainer.model.get_input_embeddings()
+        assert embed._forward_hooks                                                # the hook is there
+        trainer.model.eval()
+        assert engine.fast_path_refusal(trainer.model) is None

@@ -105,6 +105,20 @@ def llama_of(model):
     return model.get_base_model() if lora.is_lora(model) else model
 
 
+GRADIENT_HOOKS = ("make_inputs_require_grads", "make_inputs_require_grad")
+"""Forward hooks that change no value: transformers' ``enable_input_require_grads`` (which gradient checkpointing
+calls) and peft's own copies set ``output.requires_grad_(True)`` on the embeddings, so that checkpointed layers
+over frozen weights still get gradients. Sampling runs without gradients: the fast path may skip them."""
+
+
+def _value_hooks(module):
+    """The forward hooks and pre-hooks of ``module`` that may change what it computes (all but :data:`GRADIENT_HOOKS`
+    from transformers or peft)."""
+    hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+    return [hook for hook in hooks if not (getattr(hook, "__name__", "") in GRADIENT_HOOKS
+                                           and getattr(hook, "__module__", "").split(".")[0] in ("transformers", "peft"))]
+
+
 def _changed_module(model):
     """The first module of ``model`` whose forward the fast path would not compute (a short reason), or None:
     a class it does not know (a subclass included), a forward replaced on the instance, a forward hook or
@@ -121,7 +135,7 @@ def _changed_module(model):
             return f"{where} is a {type(module).__name__}, whose own forward the fast path would skip"
         if "forward" in vars(module):
             return f"{where} has its forward replaced on the instance"
-        if module._forward_hooks or module._forward_pre_hooks:
+        if _value_hooks(module):
             return f"{where} has a forward hook, which the fast path would skip"
         if isinstance(module, torch.nn.Dropout) and module.training and module.p > 0:
             return f"{where} drops out (training mode)"
