@@ -28,9 +28,12 @@ prefill once per prompt, then   parallel sampling (``n`` > 1): the n samples sha
 
 The fast path reads the weights of ``transformers.LlamaForCausalLM`` (the bundled models' and
 Llama's family: RoPE, RMSNorm, SwiGLU, grouped KV heads) and computes what its forward computes;
-``tests/test_engine.py`` checks the log-probs against a teacher-forced forward to 1e-5. Any other
-model decodes through its own ``transformers`` forward and KV cache, still dropping finished rows,
-and says so in one line: slower, never silently wrong.
+``tests/test_engine.py`` checks the log-probs against a teacher-forced forward to 1e-5. It serves only
+what it can prove is that forward (:func:`fast_path_refusal`): the class itself, not a subclass, built of
+plain Llama modules, with no forward hook anywhere; a ``peft`` LoRA policy too, with its adapters merged
+into the weights it reads (W + (α/r)·B·A, as TRL merges before vLLM samples). Any other model decodes
+through its own ``transformers`` forward and KV cache, still dropping finished rows, and says why in one
+line: slower, never silently wrong.
 
 The return value is :class:`~grpo_edu.training.rollout.Rollout`, exactly as ``rollout.generate``
 makes it (left-padded prompts, pad after the first EOS, the mask up to and including it, log-probs at
