@@ -322,3 +322,161 @@ def test_bench_sampler_prints_both_samplers_and_the_step(capsys, monkeypatch):
     assert sorted(steps) == [("step_engine", {"threads": 1, "workload": "sums"})] * 2 + [
         ("step_loop", {"threads": 1, "workload": "sums"})] * 2
     assert set(bench.CHILDREN) >= {"step_loop", "step_engine"}
+
+
+# --- the fast path serves only plain Llama (faults-4 E58, E59) ----------------------------------------------
+def _greedy_pair(model, tokenizer, prompts, max_new):
+    a = engine.generate(model, tokenizer, prompts, temperature=0.0, max_new_tokens=max_new)
+    b = rollout.generate(model, tokenizer, prompts, temperature=0.0, max_new_tokens=max_new)
+    return a, b
+
+
+def test_a_subclass_that_changes_the_forward_takes_the_transformers_path(capsys, monkeypatch):
+    """A LlamaForCausalLM subclass whose forward bans a token: the fast path would read its weights and sample
+    the token anyway (E58), so it must fall back, say so once, and never sample the banned token."""
+    from transformers import LlamaForCausalLM
+
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    five = tokenizer.convert_tokens_to_ids("5")
+
+    class Banned(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits[..., five] = float("-inf")
+            return out
+
+    banned = Banned(model.config)
+    banned.load_state_dict(model.state_dict())
+    banned.eval()
+    monkeypatch.setattr(engine, "_told", set())
+    assert "Banned is a subclass of LlamaForCausalLM" in engine.fast_path_refusal(banned)
+    out = engine.generate(banned, tokenizer, ADDER_PROMPTS, num_generations=4, max_new_tokens=6,
+                          generator=torch.Generator().manual_seed(0))
+    assert int((out.completion_ids[out.completion_mask.bool()] == five).sum()) == 0
+    plain = engine.generate(model.eval(), tokenizer, ADDER_PROMPTS, num_generations=4, max_new_tokens=6,
+                            generator=torch.Generator().manual_seed(0))
+    assert int((plain.completion_ids[plain.completion_mask.bool()] == five).sum()) > 0   # the ban does act
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("engine:")]
+    assert len(lines) == 1 and "Banned" in lines[0] and "transformers forward" in lines[0]
+
+
+@pytest.mark.parametrize("where", ["lm_head", "model.layers.1.mlp", "model.norm"])
+@pytest.mark.parametrize("kind", ["hook", "pre_hook"])
+def test_a_model_with_a_forward_hook_takes_the_transformers_path(where, kind, monkeypatch):
+    """A hook on any module changes what the model computes; the fast path calls no module's forward, so it
+    would skip the hook (E59: other greedy answers than the loop's). It must fall back and answer as the loop."""
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    model.eval()
+    five = tokenizer.convert_tokens_to_ids("5")
+    module = model.get_submodule(where)
+    if where == "lm_head":
+        def hook(mod, inp, out):
+            out = out.clone()
+            out[..., five] = float("-inf")
+            return out
+    else:
+        def hook(mod, inp, out):                                                   # features permuted
+            return out.flip(-1)
+    if kind == "pre_hook":
+        handle = module.register_forward_pre_hook(lambda mod, args: (args[0].flip(-1),))
+    else:
+        handle = module.register_forward_hook(hook)
+    monkeypatch.setattr(engine, "_told", set())
+    assert f"{where} has a forward hook" in engine.fast_path_refusal(model)
+    prompts = ADDER_PROMPTS[:4]
+    a, b = _greedy_pair(model, tokenizer, prompts, 6)
+    assert a.completions == b.completions
+    handle.remove()
+    assert engine.fast_path_refusal(model) is None
+    plain, _ = _greedy_pair(model, tokenizer, prompts, 6)
+    assert plain.completions != a.completions                                      # the hook does change answers
+
+
+def test_a_forward_replaced_on_the_instance_or_a_global_hook_takes_the_transformers_path():
+    model, _ = load_model_and_tokenizer("bundled")
+    original = model.model.layers[0].mlp.forward
+    model.model.layers[0].mlp.forward = lambda x: original(x) * 2
+    assert "model.layers.0.mlp has its forward replaced" in engine.fast_path_refusal(model)
+    del model.model.layers[0].mlp.forward
+    assert engine.fast_path_refusal(model) is None
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, inp, out: out)
+    try:
+        assert "global forward hook" in engine.fast_path_refusal(model)
+    finally:
+        handle.remove()
+
+
+# --- lengths the model cannot hold are refused before any work (E04, E05, E07, E10, E11, E42, E44, E25, T44) ---
+@pytest.mark.parametrize("sampler", [engine.generate, rollout.generate])
+def test_a_prompt_longer_than_the_context_is_refused(adder, sampler):
+    model, tokenizer = adder
+    with pytest.raises(ValueError, match=r"^prompts: row 1 has 42 tokens, but the model has 32 positions.*Fix: "):
+        sampler(model, tokenizer, ["1+2=", "1+" * 20 + "="], max_new_tokens=4)
+
+
+@pytest.mark.parametrize("sampler", [engine.generate, rollout.generate])
+@pytest.mark.parametrize("max_new", [26, 200_000, 10**12])
+def test_max_new_tokens_past_the_context_is_refused_before_any_allocation(adder, sampler, max_new):
+    """The engine would reserve a cache of P + max_new_tokens slots: 10**12 asks for terabytes (E10, E11, E42)."""
+    model, tokenizer = adder
+    with pytest.raises(ValueError, match=rf"^max_new_tokens: is {max_new}, but the model has 32 positions and the "
+                                         r"longest prompt \(row 0\) takes 7 of them.*Fix: pass max_new_tokens ≤ 25"):
+        sampler(model, tokenizer, ["12+34=", "1+2="], max_new_tokens=max_new, num_generations=8)
+    assert sampler(model, tokenizer, ["12+34=", "1+2="], max_new_tokens=25).completion_ids.shape[0] == 2   # fits
+
+
+@pytest.mark.parametrize("sampler", [engine.generate, rollout.generate])
+def test_gpt2_past_its_positions_is_refused_not_an_index_error(char_tokenizer, sampler):
+    """GPT-2 has no position embedding past n_positions: an IndexError mid-sampling before (E04, E05, E44)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = char_tokenizer
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=16, n_embd=32, n_layer=1, n_head=4,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model = GPT2LMHeadModel(cfg).eval()
+    with pytest.raises(ValueError, match=r"^prompts: .* 16 positions"):
+        sampler(model, tok, ["1+" * 15 + "="], max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"^max_new_tokens: is 40, .* 16 positions"):
+        sampler(model, tok, ["12+34="], max_new_tokens=40)
+
+
+@pytest.mark.parametrize("sampler", [engine.generate, rollout.generate])
+def test_a_prompt_the_tokenizer_cannot_encode_is_refused(adder, sampler):
+    model, tokenizer = adder
+    with pytest.raises(ValueError, match=r"^prompts: 1 of 2 hold characters the tokenizer cannot encode.*'abc\?'"):
+        sampler(model, tokenizer, ["1+2=", "abc?"], max_new_tokens=4)
+
+
+def test_eval_refuses_max_new_tokens_past_the_context_by_its_flag(capsys):
+    """E54: `grpo-edu eval --max-new-tokens 1000000` asked for 262 GB; now refused as train refuses (E50)."""
+    from grpo_edu.cli import main
+
+    assert main(["eval", "--n", "4", "--max-new-tokens", "1000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("grpo-edu eval: error: --max-new-tokens: is 1000000, but the model has 32 positions")
+
+
+def test_generate_with_tools_refuses_a_budget_past_the_context():
+    """T44: 200 tokens of transcript on the calc model's 48 positions were sampled silently."""
+    from grpo_edu.training.models import calc_model_dir
+    from grpo_edu.training.multi_turn import generate_with_tools
+    from grpo_edu.training.tools import Tool
+
+    model, tokenizer = load_model_and_tokenizer(calc_model_dir())
+    with pytest.raises(ValueError, match=r"^max_new_tokens: is 200, but the model has 48 positions"):
+        generate_with_tools(model.eval(), tokenizer, ["347+85="], Tool(), num_generations=2, max_new_tokens=200)
+
+
+def test_gradient_checkpointings_input_hook_keeps_the_fast_path():
+    """Gradient checkpointing hooks the embeddings (transformers' enable_input_require_grads: requires_grad_ on
+    their output, no value changed); a run with it on must still sample on the fast path, LoRA or not."""
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    for lora_rank in (None, 4):
+        trainer = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0,
+                                         gradient_checkpointing=True, lora_rank=lora_rank))
+        embed = trainer.model.get_input_embeddings()
+        assert embed._forward_hooks                                                # the hook is there
+        trainer.model.eval()
+        assert engine.fast_path_refusal(trainer.model) is None

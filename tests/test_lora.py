@@ -69,21 +69,84 @@ def test_the_reference_is_the_policy_with_its_adapter_off():
     assert not torch.allclose(policy[mask], expected[mask], atol=1e-3)          # the adapter does act
 
 
-def test_the_engine_samples_the_adapted_model_not_its_base(char_tokenizer):
-    """The engine's fast path reads a Llama's weights; on a peft model it must take the adapter into account
-    (here: through the transformers fallback), never sample the base silently."""
+@pytest.mark.parametrize("targets", ["all-linear", "q_proj,v_proj,down_proj"])
+def test_the_engine_samples_the_merged_adapter_on_its_fast_path(targets):
+    """A LoRA policy samples at the base model's speed: the fast path computes with W + (α/r)·B·A, as TRL merges
+    the adapter before vLLM samples. The log-probs equal a teacher-forced forward of the peft model (the adapter
+    beside W) to 1e-5, the model's weights are bit-equal afterwards (the merge is a copy), and the base alone
+    would give other log-probs (the adapter does act)."""
     from grpo_edu.training import engine
     from grpo_edu.training.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("bundled")
-    model = lora.add_lora(model, rank=4)
+    model = lora.add_lora(model, rank=4, target_modules=targets)
     _randomise_adapter(model)
-    out = engine.generate(model.eval(), tokenizer, ["12+34=", "7+8="], num_generations=3, max_new_tokens=5,
+    with torch.no_grad():                  # ΔW entries of about 0.07 (W: 0.03); at 10 times that, rounding passes 1e-5
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(0.1)
+    model.eval()
+    assert engine.fast_path_refusal(model) is None
+    assert isinstance(engine.decoder_for(model, 4), engine._LlamaDecoder)
+    before = {name: p.detach().clone() for name, p in model.state_dict().items()}
+    out = engine.generate(model, tokenizer, ["12+34=", "7+8=", "99+1="], num_generations=4, max_new_tokens=6,
+                          generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(p, before[name]) for name, p in model.state_dict().items())   # bit-equal
+    args = (out.input_ids, out.attention_mask, out.completion_ids.shape[1])
+    with torch.no_grad():
+        teacher, _ = completion_logprobs(model, *args)
+        with model.disable_adapter():
+            base, _ = completion_logprobs(model, *args)
+    mask = out.completion_mask.bool()
+    torch.testing.assert_close(out.logprobs[mask], teacher[mask], atol=1e-5, rtol=0)
+    assert not torch.allclose(out.logprobs[mask], base[mask], atol=1e-3)
+    with model.disable_adapter():                                          # switched off: the base's weights
+        off = engine.generate(model, tokenizer, ["12+34="], num_generations=4, max_new_tokens=6,
+                              generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), model.disable_adapter():
+        expected, _ = completion_logprobs(model, off.input_ids, off.attention_mask, off.completion_ids.shape[1])
+    torch.testing.assert_close(off.logprobs[off.completion_mask.bool()], expected[off.completion_mask.bool()],
+                               atol=1e-5, rtol=0)
+
+
+def test_a_lora_variant_the_merge_cannot_stand_for_takes_the_transformers_path():
+    """DoRA rescales W + ΔW by a learned magnitude: merged_linear's sum is not its forward, so the engine falls
+    back (and its log-probs still equal the peft model's)."""
+    from grpo_edu.training import engine
+    from grpo_edu.training.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    config = lora.lora_config(4, 8.0, "q_proj,v_proj")
+    config.use_dora = True
+    model = peft.get_peft_model(model, config).eval()
+    _randomise_adapter(model)
+    assert "LoRA variant" in engine.fast_path_refusal(model)
+    out = engine.generate(model, tokenizer, ["12+34=", "7+8="], num_generations=3, max_new_tokens=5,
                           generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         teacher, _ = completion_logprobs(model, out.input_ids, out.attention_mask, out.completion_ids.shape[1])
     mask = out.completion_mask.bool()
-    assert torch.allclose(out.logprobs[mask], teacher[mask], atol=1e-5)
+    torch.testing.assert_close(out.logprobs[mask], teacher[mask], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("sampler", ["engine", "loop"])
+def test_sampling_a_lora_model_raises_no_deprecation_warning(sampler):
+    """faults-4 L29: the peft wrapper's forward takes **kwargs, so the KV cache went in as `past_key_values`,
+    which transformers removes in 5.40. The wrapped model's own keyword is used now (here through a hook,
+    which sends the engine to the transformers forward too)."""
+    import warnings
+
+    from grpo_edu.training import engine, rollout
+    from grpo_edu.training.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("bundled")
+    model = lora.add_lora(model, rank=4).eval()
+    handle = model.get_base_model().lm_head.register_forward_hook(lambda mod, inp, out: out)   # the fallback
+    sample = engine.generate if sampler == "engine" else rollout.generate
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sample(model, tokenizer, ["12+34=", "7+8="], num_generations=2, max_new_tokens=5)
+    handle.remove()
 
 
 def test_to_trl_exports_the_peft_settings():

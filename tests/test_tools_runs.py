@@ -33,3 +33,17 @@ def test_the_bundled_calc_model_starts_where_lesson_15_needs_it():
     assert record["accuracy_with_call"] > 0.8 > 0.2 > record["accuracy_without_call"]
     assert 0 < record["failed_call_rate"] < 0.05
     assert (ASSETS / "tiny-calc" / "model.safetensors").stat().st_size < 5 * 2**20
+
+
+def test_the_call_rates_table_splits_easy_prompts_from_the_rest():
+    """Lesson 15's "when to call" table: the call rate on prompts whose terms all have one digit, and on the rest."""
+    assert tools_runs.is_easy("7+8=") and not tools_runs.is_easy("17+8=") and not tools_runs.is_easy("7+8+10=")
+    runs = tools_runs.stored_runs()
+    text = tools_runs.call_rates_table(runs, ("outcome", "high_cost"))
+    for r in (r for r in runs if r["kernels"] == "native" and r["setting"] in ("outcome", "high_cost")):
+        easy, hard = (f"{r['before'][k]:.3f} → {r['after'][k]:.3f}" for k in ("call_rate_easy", "call_rate_hard"))
+        assert any(line.split()[:2] == [r["setting"], str(r["seed"])] and line.index(easy) < line.index(hard)
+                   for line in text.splitlines()[1:])
+    with pytest.raises(ValueError, match="^settings: no stored run has setting 'bribe'"):
+        tools_runs.call_rates_table(runs, ("bribe",))
+    assert tools_runs.PER_CALL["high_cost"] < -1                  # above what a right answer earns

@@ -66,7 +66,7 @@ PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu
 
 ARGUMENT_NAMES = {"train": {"source": "--dataset", "resume_from": "--resume"},
                   "export": {"source": "--dataset", "num_processes": "--processes", "n_gpus": "--processes"},
-                  "eval": {"num_samples": "--samples"}, "diagnose": {"history": "FILE"},
+                  "eval": {"num_samples": "--samples", "max_new_tokens": "--max-new-tokens"}, "diagnose": {"history": "FILE"},
                   "lessons": {"target": "FOLDER"}}
 """A library error names the function's argument; where the flag a user typed has another name, the command's
 error names the flag (a config field's error, e.g. ``batch_size:``, reads as its flag ``--batch-size`` does)."""

@@ -28,9 +28,12 @@ prefill once per prompt, then   parallel sampling (``n`` > 1): the n samples sha
 
 The fast path reads the weights of ``transformers.LlamaForCausalLM`` (the bundled models' and
 Llama's family: RoPE, RMSNorm, SwiGLU, grouped KV heads) and computes what its forward computes;
-``tests/test_engine.py`` checks the log-probs against a teacher-forced forward to 1e-5. Any other
-model decodes through its own ``transformers`` forward and KV cache, still dropping finished rows,
-and says so in one line: slower, never silently wrong.
+``tests/test_engine.py`` checks the log-probs against a teacher-forced forward to 1e-5. It serves only
+what it can prove is that forward (:func:`fast_path_refusal`): the class itself, not a subclass, built of
+plain Llama modules, with no forward hook anywhere; a ``peft`` LoRA policy too, with its adapters merged
+into the weights it reads (W + (α/r)·B·A, as TRL merges before vLLM samples). Any other model decodes
+through its own ``transformers`` forward and KV cache, still dropping finished rows, and says why in one
+line: slower, never silently wrong.
 
 The return value is :class:`~grpo_edu.training.rollout.Rollout`, exactly as ``rollout.generate``
 makes it (left-padded prompts, pad after the first EOS, the mask up to and including it, log-probs at
@@ -50,7 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from grpo_edu.common import _checks
-from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions
+from grpo_edu.training import lora
+from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions, check_readable
 
 FAST_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 """RoPE types whose angles depend on the position only (so one table serves every step); "dynamic"
@@ -73,33 +77,115 @@ KEPT_BUFFER_BYTES = 64 * 2**20
 """The largest cache buffer kept between calls (a training step's: lesson 11's 128 rows take 29 MB)."""
 
 _told = set()
-"""Model classes already named in the fallback line (it is printed once per class and process)."""
+"""Reasons already given in the fallback line (each is printed once per process)."""
+
+
+ATTENTION_IMPLEMENTATIONS = (None, "eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+"""``config._attn_implementation`` values that compute softmax(q·kᵀ/√d + mask)·v as the fast path does; a kernel
+registered under another name could compute anything, so such a model takes the ``transformers`` path."""
+
+
+def _plain_modules():
+    """The module classes the fast path computes exactly (its own code reads their weights, not their forward):
+    plain Llama's, and ``peft``'s LoRA wrappers around them (merged by ``lora.merged_linear``). A subclass of
+    any of them is not one of them: its forward may do something else (a banned token, a changed norm)."""
+    from transformers.activations import ACT2FN
+    from transformers.models.llama import modeling_llama as llama
+
+    plain = {torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.ParameterDict, torch.nn.Linear, torch.nn.Embedding,
+             torch.nn.Identity, torch.nn.Dropout, type(ACT2FN["silu"]), llama.LlamaForCausalLM, llama.LlamaModel,
+             llama.LlamaDecoderLayer, llama.LlamaAttention, llama.LlamaMLP, llama.LlamaRMSNorm,
+             llama.LlamaRotaryEmbedding}
+    with contextlib.suppress(ImportError):
+        import peft
+
+        plain |= {peft.PeftModelForCausalLM, peft.tuners.lora.LoraModel, peft.tuners.lora.layer.Linear}
+    return plain
+
+
+def llama_of(model):
+    """The ``LlamaForCausalLM`` (or other model) under a ``peft`` wrapper, else ``model`` itself."""
+    return model.get_base_model() if lora.is_lora(model) else model
+
+
+GRADIENT_HOOKS = ("make_inputs_require_grads", "make_inputs_require_grad")
+"""Forward hooks that change no value: transformers' ``enable_input_require_grads`` (which gradient checkpointing
+calls) and peft's own copies set ``output.requires_grad_(True)`` on the embeddings, so that checkpointed layers
+over frozen weights still get gradients. Sampling runs without gradients: the fast path may skip them."""
+
+
+def _value_hooks(module):
+    """The forward hooks and pre-hooks of ``module`` that may change what it computes (all but :data:`GRADIENT_HOOKS`
+    from transformers or peft)."""
+    hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+    return [hook for hook in hooks if not (getattr(hook, "__name__", "") in GRADIENT_HOOKS
+                                           and getattr(hook, "__module__", "").split(".")[0] in ("transformers", "peft"))]
+
+
+def _changed_module(model):
+    """The first module of ``model`` whose forward the fast path would not compute (a short reason), or None:
+    a class it does not know (a subclass included), a forward replaced on the instance, a forward hook or
+    pre-hook (the fast path calls no module's forward, so a hook would never run), dropout in training mode,
+    a LoRA layer that is not W + (α/r)·B·A."""
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return "a global forward hook is registered (torch.nn.modules.module.register_module_forward_hook)"
+    plain = _plain_modules()
+    for name, module in model.named_modules():
+        where = name or "the model"
+        if type(module) not in plain:
+            return f"{where} is a {type(module).__name__}, whose own forward the fast path would skip"
+        if "forward" in vars(module):
+            return f"{where} has its forward replaced on the instance"
+        if _value_hooks(module):
+            return f"{where} has a forward hook, which the fast path would skip"
+        if isinstance(module, torch.nn.Dropout) and module.training and module.p > 0:
+            return f"{where} drops out (training mode)"
+        if hasattr(module, "base_layer") and lora.merge_refusal(module) is not None:
+            return f"{where}: {lora.merge_refusal(module)}"
+    return None
 
 
 def fast_path_refusal(model):
-    """Why ``model`` cannot take the fast Llama path (a short reason), or None when it can."""
+    """Why ``model`` cannot take the fast Llama path (a short reason), or None when it can.
+
+    The fast path computes plain Llama's forward from the weights, so it serves only a model it can prove
+    computes exactly that: a ``LlamaForCausalLM`` (not a subclass) made of plain Llama modules with no forward
+    hooks, or such a model under ``peft`` LoRA adapters, whose weights it merges (``lora.merged_linear``)."""
     from transformers import LlamaForCausalLM
 
-    config = model.config
+    if lora.is_lora(model) and getattr(getattr(model, "active_peft_config", None), "peft_type", None) != "LORA":
+        return f"its peft adapter is {model.active_peft_config.peft_type}, not LoRA"
+    llama = llama_of(model)
+    config = llama.config
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if not isinstance(model, LlamaForCausalLM):
-        return f"{type(model).__name__} is not LlamaForCausalLM"
+    if not isinstance(llama, LlamaForCausalLM):
+        return f"{type(llama).__name__} is not LlamaForCausalLM"
+    if type(llama) is not LlamaForCausalLM:
+        return f"{type(llama).__name__} is a subclass of LlamaForCausalLM, whose own code the fast path would skip"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"its hidden_act is {config.hidden_act!r}, not SwiGLU's 'silu'"
     if rope.get("rope_type", "default") not in FAST_ROPE_TYPES:
         return f"its RoPE type {rope.get('rope_type')!r} depends on the sequence length"
     if getattr(config, "pretraining_tp", 1) != 1:
         return "it splits its linear layers (pretraining_tp > 1)"
-    if not hasattr(model.model, "rotary_emb") or not all(hasattr(layer.self_attn, "scaling")
-                                                         for layer in model.model.layers):
+    if getattr(config, "_attn_implementation", None) not in ATTENTION_IMPLEMENTATIONS:
+        return f"its attention implementation {config._attn_implementation!r} is not one the fast path computes"
+    if llama.training and getattr(config, "attention_dropout", 0.0) > 0:
+        return "its attention drops out (training mode)"
+    if not hasattr(llama.model, "rotary_emb") or not all(hasattr(layer.self_attn, "scaling")
+                                                         for layer in llama.model.layers):
         return "its transformers version lays Llama out otherwise (no model.rotary_emb or attention scaling)"
-    return None
+    return _changed_module(model)
 
 
 def _joined(*linears):
-    """The weights (and biases, when they have them) of several Linear layers stacked: one matmul for all."""
-    weight = torch.cat([lin.weight for lin in linears], dim=0)                         # (Σ out, in)
-    bias = None if linears[0].bias is None else torch.cat([lin.bias for lin in linears], dim=0)
+    """The weights (and biases, when they have them) of several Linear layers stacked: one matmul for all.
+    A LoRA layer gives its merged weight W + (α/r)·B·A (``lora.merged_linear``)."""
+    pairs = [lora.merged_linear(lin) for lin in linears]
+    weight = torch.cat([w for w, _ in pairs], dim=0)                                   # (Σ out, in)
+    bias = None if pairs[0][1] is None else torch.cat([b for _, b in pairs], dim=0)
     return weight, bias
 
 
@@ -112,10 +198,10 @@ class _Weights:
         # vLLM's fused projections (QKVParallelLinear, MergedColumnParallelLinear): q, k, v in one matmul,
         # gate and up in another; the same numbers as three and two, in fewer calls
         self.qkv = _joined(attn.q_proj, attn.k_proj, attn.v_proj)                      # ((H + 2K)·d, D)
-        self.o = (attn.o_proj.weight, attn.o_proj.bias)                                # (D, H·d)
+        self.o = lora.merged_linear(attn.o_proj)                                       # (D, H·d)
         self.post_norm = layer.post_attention_layernorm.weight                         # (D,)
         self.gate_up = _joined(mlp.gate_proj, mlp.up_proj)                             # (2I, D)
-        self.down = (mlp.down_proj.weight, mlp.down_proj.bias)                         # (D, I)
+        self.down = lora.merged_linear(mlp.down_proj)                                  # (D, I)
         self.scaling = attn.scaling                                                    # 1/√d
 
 
@@ -130,6 +216,7 @@ class _LlamaDecoder:
     """
 
     def __init__(self, model, max_new_tokens):
+        model = llama_of(model)                                                        # under peft: its Llama
         config = model.config
         self.model, self.max_new = model, max_new_tokens
         self.heads = config.num_attention_heads                                        # H
@@ -139,7 +226,7 @@ class _LlamaDecoder:
         self.weights = [_Weights(layer) for layer in model.model.layers]
         self.embed = model.model.embed_tokens.weight                                   # (V, D)
         self.final_norm = model.model.norm.weight                                      # (D,)
-        self.lm_head = (model.lm_head.weight, model.lm_head.bias)                      # (V, D)
+        self.lm_head = lora.merged_linear(model.lm_head)                               # (V, D)
         self._backends = None                                                          # SDPA kernels on CUDA
 
     # --- the pieces of one layer -------------------------------------------------------------
@@ -329,9 +416,8 @@ def decoder_for(model, max_new_tokens):
     refusal = fast_path_refusal(model)
     if refusal is None:
         return _LlamaDecoder(model, max_new_tokens)
-    name = type(model).__name__
-    if name not in _told:
-        _told.add(name)
+    if refusal not in _told:
+        _told.add(refusal)
         print(f"engine: {refusal}, so it samples through the transformers forward (finished rows still leave "
               "the batch; correct, only slower)", file=sys.stderr)
     return _TransformersDecoder(model, max_new_tokens)
@@ -361,6 +447,7 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     G = num_generations
 
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
+    check_readable(model, tokenizer, prompts, enc["input_ids"], enc["attention_mask"], max_new_tokens)  # before the cache
     unique_ids, unique_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)   # (B, P)
     decoder = decoder_for(model, max_new_tokens)
     logits = decoder.prefill(unique_ids, unique_mask)                                  # (B, V): each prompt once

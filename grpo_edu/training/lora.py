@@ -4,11 +4,15 @@ LoRA (Hu et al. 2021) freezes a weight matrix W (out × in) and learns a low-ran
 
     h = W x + (α / r) · B A x          A: (r, in), B: (out, r), r ≪ in; B starts at 0, so the model starts as W
 
-Only A and B are trained: for the sums model's seven projections per layer, rank 8 is about 11 % of
+Only A and B are trained: for the sums model's seven projections per layer, rank 8 is about 9 % of
 its weights, and AdamW keeps moments for those alone. The reference model of GRPO's KL term is the
 starting policy, and with LoRA that is the same network with the adapter switched off
 (``peft``'s ``with model.disable_adapter():``), so no second copy is kept: :class:`AdapterOff` is
 that reference. TRL does the same when given ``peft_config=LoraConfig(...)`` (its ref_model is None).
+
+Sampling needs no adapter at all: W + (α/r)·B A is one matrix again. The engine's fast path computes with
+those merged weights (:func:`merged_linear`, a sum beside W: the model is not changed), as TRL merges the adapter
+(``merge_adapter()``) before vLLM reads the weights, so a LoRA policy samples at the base model's speed.
 
 ``GRPOConfig(lora_rank=8, lora_alpha=16, lora_target_modules="all-linear")`` turns it on in the
 trainer; :func:`add_lora` does it to any model. Settings that cannot apply are refused before any
@@ -128,3 +132,49 @@ def trainable_fraction(model):
     """(trainable weights, all weights) of ``model``."""
     params = list(model.parameters())
     return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
+def merged_linear(module):
+    """(weight, bias) that a Linear computes with, its LoRA adapters merged in: W + Σ (α/r)·B·A over the active
+    adapters (each term ``peft``'s ``get_delta_weight``), the bias plus B's bias where ``lora_bias`` is on.
+
+    That is what ``peft``'s ``merge_adapter()`` writes into W, and what TRL's vLLM path samples with (it merges
+    the adapter, syncs the weights to vLLM, then unmerges). Here the sum is a new tensor beside W, so the model
+    is never changed and there is nothing to undo (an in-place merge and unmerge, W + ΔW − ΔW, need not give W
+    back bit for bit). A plain ``nn.Linear`` gives its own tensors; call :func:`merge_refusal` first.
+    """
+    refusal = merge_refusal(module)
+    if refusal is not None:
+        _checks.fail("module", f"cannot be merged: {refusal}", "sample it through its own forward")
+    if not hasattr(module, "base_layer"):
+        return module.weight, module.bias
+    base = module.base_layer
+    weight, bias = base.weight, base.bias
+    if module.merged or module.disable_adapters:                 # merged: W holds ΔW already; off: W alone
+        return weight, bias
+    for name in module.active_adapters:
+        if name in module.lora_A:
+            weight = weight + module.get_delta_weight(name).to(weight.dtype)            # (out, in)
+            if module.lora_bias.get(name):
+                bias = bias + module.lora_B[name].bias * module.scaling[name]          # (out,)
+    return weight, bias
+
+
+def merge_refusal(module):
+    """Why :func:`merged_linear` cannot stand for ``module``'s forward (a short reason), or None when it can."""
+    if type(module) is torch.nn.Linear:
+        return None
+    layer = _peft().tuners.lora.layer
+    if type(module) is not layer.Linear or type(getattr(module, "base_layer", None)) is not torch.nn.Linear:
+        return f"{type(module).__name__} is not a Linear or peft's LoRA Linear over one"
+    if getattr(module, "fan_in_fan_out", False):
+        return "its weight is stored transposed (fan_in_fan_out)"
+    if module.merged and module.disable_adapters:
+        return "its adapter is merged and switched off at once"
+    active = [name for name in module.active_adapters if name in module.lora_A]
+    if any(name in getattr(module, "lora_variant", {}) or getattr(module, "use_dora", {}).get(name)
+           for name in active):
+        return "it is a LoRA variant (DoRA or another), not h = W x + (α/r)·B A x"
+    if module.training and any(getattr(module.lora_dropout[name], "p", 0) > 0 for name in active):
+        return "its LoRA dropout is on (training mode)"
+    return None

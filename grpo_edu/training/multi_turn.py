@@ -26,7 +26,7 @@ Shapes: N = B·G rows, L a turn's longest prefix, T completion tokens.
 
 import torch
 
-from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions
+from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions, check_readable
 
 
 def _left_padded(rows, pad, device):
@@ -102,6 +102,8 @@ def generate_with_tools(model, tokenizer, prompts, tool, *, num_generations=1, m
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    check_readable(model, tokenizer, prompts, enc["input_ids"], enc["attention_mask"], max_new_tokens)
     prompt_rows = [ids for ids in tokenizer(list(prompts))["input_ids"] for _ in range(num_generations)]
     N = len(prompt_rows)
     completion = [[] for _ in range(N)]       # every token after the prompt, the model's and the tool's

@@ -61,8 +61,15 @@ def _positions(attention_mask):
 
 
 def _cache_name(model):
-    """The KV-cache keyword: ``cache`` in transformers ≥ 5.2x, ``past_key_values`` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    """The KV-cache keyword: ``cache`` in transformers ≥ 5.2x, ``past_key_values`` before. A ``peft`` wrapper
+    passes its keywords on to the model it wraps, so that model's forward decides (the first class of its
+    that names one of the two)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for cls in type(inner).__mro__:                      # a subclass's forward(*args, **kwargs) names neither
+        params = inspect.signature(cls.forward).parameters if "forward" in vars(cls) else {}
+        if "cache" in params or "past_key_values" in params:
+            return "cache" if "cache" in params else "past_key_values"
+    return "past_key_values"
 
 
 def _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer):
@@ -74,6 +81,43 @@ def _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer
                            fix="pass a sampling temperature ≥ 0 (0 means greedy)")
     if tokenizer.eos_token_id is None:
         _checks.fail("tokenizer", "has no eos_token_id", "set tokenizer.eos_token before sampling")
+
+
+def context_of(model):
+    """How many positions ``model`` has (``max_position_embeddings``; GPT-2's ``n_positions``), or None."""
+    config = getattr(model, "config", None)
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def check_readable(model, tokenizer, prompts, prompt_ids, prompt_mask, max_new_tokens):
+    """Refuse, before any sampling, what ``model`` cannot read: prompts holding the tokenizer's unknown token (the
+    model would answer ``<unk><unk>…``), a prompt longer than its context, and a ``max_new_tokens`` that runs
+    past the context after the longest prompt (positions the model never learned: GPT-2 has no embedding there,
+    and the engine would reserve a KV cache that long). ``prompt_ids``/``prompt_mask``: the prompts tokenized,
+    (B, P). The trainer refuses the same prompts when it starts (:func:`check_prompts`)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is not None:
+        unknown = ((prompt_ids == unk) & prompt_mask.bool()).any(1).nonzero().flatten().tolist()   # rows
+        if unknown:
+            i = unknown[0]
+            _checks.fail("prompts", f"{len(unknown)} of {len(prompts)} hold characters the tokenizer cannot encode "
+                         f"(they become {tokenizer.unk_token}, so the model cannot see them); first: row {i}, "
+                         f"{prompts[i]!r}", "remove or rewrite those prompts, or use a model whose tokenizer knows "
+                         "these characters")
+    context = context_of(model)
+    if not context:
+        return
+    lengths = prompt_mask.sum(1)                                                   # (B,) tokens per prompt
+    i = int(lengths.argmax())
+    longest = int(lengths[i])
+    if longest >= context:
+        _checks.fail("prompts", f"row {i} has {longest} tokens, but the model has {context} positions: no room for "
+                     f"an answer ({prompts[i][:40]!r}…)", f"shorten the prompts to fewer than {context} tokens, or "
+                     "use a model with a longer context")
+    if longest + max_new_tokens > context:
+        _checks.fail("max_new_tokens", f"is {max_new_tokens}, but the model has {context} positions and the longest "
+                     f"prompt (row {i}) takes {longest} of them", f"pass max_new_tokens ≤ {context - longest}, shorten "
+                     "the prompts, or use a model with a longer context")
 
 
 def check_prompts(tokenizer, prompts, *, max_new_tokens, context=None, where="the prompts"):
@@ -128,6 +172,7 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
 
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
+    check_readable(model, tokenizer, prompts, enc["input_ids"], enc["attention_mask"], max_new_tokens)
     prompt_ids = enc["input_ids"].to(device).repeat_interleave(num_generations, dim=0)     # (N, P)
     prompt_mask = enc["attention_mask"].to(device).repeat_interleave(num_generations, dim=0)
     N = prompt_ids.shape[0]

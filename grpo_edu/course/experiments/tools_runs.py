@@ -4,9 +4,12 @@
 setting              what changes (everything else as ``run``'s defaults)
 ===================  ====================================================================================
 ``outcome``          reward 1 for a right answer, else 0: the call is judged only by what it leads to
-``bonus``            + :data:`BONUS` per call: pays for calling itself (verl #1569's fix for call collapse;
+``bonus``            + :data:`BONUS` per call: pays for calling itself (a per-call bonus, unlike verl's fix
+                     for call collapse in #1569, PR #4998, which adds +0.1 once to a transcript with a call;
                      a bonus larger than what a call adds to the outcome can be farmed by over-calling)
 ``cost``             − :data:`COST` per call: a price on each call (latency, money), which pushes the other way
+``high_cost``        − :data:`HIGH_COST` per call: a price above what a call adds to the outcome (about 0.9
+                     on ``tiny-calc``), so that never calling pays: collapse by design
 ``reply_in_loss``    the outcome reward, but the tool's reply tokens left in the loss (the mask ablation)
 ===================  ====================================================================================
 
@@ -36,7 +39,11 @@ BONUS = 0.5
 """Reward per call in the ``bonus`` setting."""
 COST = 0.3
 """Reward taken per call in the ``cost`` setting."""
-SETTINGS = ("outcome", "bonus", "cost", "reply_in_loss")
+HIGH_COST = 1.2
+"""Reward taken per call in the ``high_cost`` setting: more than the outcome reward a call can add (at most 1)."""
+SETTINGS = ("outcome", "bonus", "cost", "reply_in_loss", "high_cost")
+PER_CALL = {"bonus": BONUS, "cost": -COST, "high_cost": -HIGH_COST}
+"""The per-call reward of each setting that has one."""
 STORED = ASSETS / "tools-runs"
 
 
@@ -72,10 +79,15 @@ def _reply_logprob(model, tokenizer, rows, task):
     return float((logprobs * reply).sum() / reply.sum())
 
 
+def is_easy(prompt):
+    """True for a prompt whose terms all have one digit (``3+5=``): the "easy" prompts of ``call_rate_easy``."""
+    return all(len(term) == 1 for term in prompt.rstrip("=").split("+"))
+
+
 def _measure(trainer, rows, samples):
     result = trainer.evaluate(rows, num_samples=samples)
-    easy = [s[4] > 0 for s in result["samples"] if all(len(t) == 1 for t in s[0].rstrip("=").split("+"))]
-    hard = [s[4] > 0 for s in result["samples"] if not all(len(t) == 1 for t in s[0].rstrip("=").split("+"))]
+    easy = [s[4] > 0 for s in result["samples"] if is_easy(s[0])]
+    hard = [s[4] > 0 for s in result["samples"] if not is_easy(s[0])]
     out = {k: v for k, v in result.items() if k != "samples"}
     out.update(call_rate_easy=sum(easy) / len(easy) if easy else None, call_rate_hard=sum(hard) / len(hard),
                reply_logprob=_reply_logprob(trainer.model, trainer.tokenizer, rows, trainer.task))
@@ -99,8 +111,8 @@ def run(setting="outcome", *, seed=0, steps=20, batch_size=8, num_generations=8,
     model = model or str(calc_model_dir())
     net, tokenizer = load_model_and_tokenizer(model)
     rewards = [task.reward]
-    if setting in ("bonus", "cost"):
-        rewards.append(per_call_reward(BONUS if setting == "bonus" else -COST))
+    if setting in PER_CALL:
+        rewards.append(per_call_reward(PER_CALL[setting]))
     config = GRPOConfig(task="calc", batch_size=batch_size, num_generations=num_generations, max_completion_length=24,
                         total_training_steps=steps, eval_size=0, learning_rate=learning_rate, beta=0.0,
                         sampler="engine", seed=seed)
@@ -194,3 +206,19 @@ def change(runs, setting, key, *, kernels=None):
     """The list of after − before of ``key`` over the stored runs of ``setting``."""
     return [r["after"][key] - r["before"][key] for r in runs
             if r["setting"] == setting and (kernels is None or r["kernels"] == kernels)]
+
+
+def call_rates_table(runs, settings, *, kernels="native"):
+    """When does the model call? The call rate on easy prompts (every term one digit: :func:`is_easy`) and on
+    the rest, before → after, one line per stored run of each of ``settings`` on ``kernels``."""
+    head = f"{'setting':13} {'seed':>4}  {'easy prompts':>18}  {'the rest':>18}"
+    lines = [head]
+    for setting in settings:
+        chosen = [r for r in runs if r["setting"] == setting and r["kernels"] == kernels]
+        if not chosen:
+            fail("settings", f"no stored run has setting {setting!r} on {kernels} kernels",
+                 f"use one of {sorted({r['setting'] for r in runs})}")
+        for r in chosen:
+            pairs = [f"{r['before'][k]:.3f} → {r['after'][k]:.3f}" for k in ("call_rate_easy", "call_rate_hard")]
+            lines.append(f"{setting:13} {r['seed']:>4}  {pairs[0]:>18}  {pairs[1]:>18}")
+    return "\n".join(lines)
