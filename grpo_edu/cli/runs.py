@@ -137,7 +137,7 @@ def check_replay_file(path):
 def cmd_train(args):
     from tqdm.auto import tqdm
 
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainer import GRPOTrainer, unchanged_reason
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -197,6 +197,11 @@ def cmd_train(args):
         print(f"model saved in {out} (checkpoint-{trainer.step_count:06d}); score it with: "
               f"grpo-edu eval --model {out}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")
+    unchanged = unchanged_reason(history) if trainer.config.max_grad_norm > 0 else None
+    if unchanged:                                   # a run that trained nothing does not end as a success
+        print(f"grpo-edu train: error: nothing was trained: {unchanged}. Fix: check the run's settings against "
+              "grpo-edu train --help, and its metrics (grad_norm) with grpo-edu diagnose", file=sys.stderr)
+        return 1
     return 0
 
 

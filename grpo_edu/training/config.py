@@ -235,6 +235,9 @@ class GRPOConfig:
             _checks.positive_float(name, getattr(self, name))
         for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
+        from grpo_edu.training.lora import check_alpha, check_settings
+
+        check_alpha(self.lora_alpha)                  # NaN or 1e30 is an error with LoRA off too
         for name, limits in LIMITS.items():
             if name not in ("epsilon_high", "importance_sampling_cap"):   # these two are checked below, in context
                 _in_range(name, getattr(self, name), *limits)
@@ -263,8 +266,6 @@ class GRPOConfig:
         self._check_variant()
         self._check_replay()
         if self.lora_rank is not None:                # a bad rank or module list fails now; the model's names at load
-            from grpo_edu.training.lora import check_settings
-
             check_settings(self.lora_rank, self.lora_alpha, self.lora_target_modules)
         if self.checkpoint_every and not self.output_dir:
             _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
@@ -325,6 +326,12 @@ class GRPOConfig:
             if getattr(self, name) != default[name] and self.loss_type != "sapo":
                 unused.append(f"{name}={getattr(self, name):g} sets SAPO's gate, but loss_type is "
                               f"{self.loss_type!r}; pass loss_type='sapo', or leave {name} out")
+        if self.lora_rank is None:
+            for name in ("lora_alpha", "lora_target_modules"):
+                if getattr(self, name) != default[name]:
+                    unused.append(f"{name}={getattr(self, name)!r} sets the LoRA adapter, but lora_rank is None: "
+                                  "this run fine-tunes every weight; pass lora_rank (e.g. 8) to train an adapter, "
+                                  f"or leave {name} out")
         for text in unused:
             warnings.warn(text, stacklevel=5)
 

@@ -76,6 +76,26 @@ from grpo_edu.training.tasks import get_task, load_prompts
 from grpo_edu.training.tools import Tool, loss_mask, tool_stats
 
 
+def unchanged_reason(history):
+    """Why no step of ``history`` changed the model, as a phrase; None when some step did (or cannot be told).
+
+    Read from the logged gradient norms (measured before clipping, so only when ``max_grad_norm`` > 0): a norm
+    of ∞ or NaN at every step means clipping scaled every update to 0 (or to NaN), and a norm of 0 at every
+    step means there was no gradient at all (every group's rewards equal, and no KL to pull)."""
+    norms = [row.get("grad_norm") for row in history]
+    if not norms or any(n is None for n in norms):
+        return None
+    if all(n != n or n in (float("inf"), float("-inf")) for n in norms):
+        return (f"the gradient norm was ∞ or NaN at every one of the {len(norms)} steps, so clipping scaled each "
+                "update to 0: the weights ended where they started (a setting that overflows the loss or its "
+                "gradient, e.g. a huge lora_alpha or learning_rate)")
+    if all(n == 0 for n in norms):
+        return (f"the gradient was 0 at every one of the {len(norms)} steps: every group's answers scored the same "
+                "(no advantage) and nothing else pulled, so no update moved the weights (a task the model never or "
+                "always gets right: see lesson 04's dead groups)")
+    return None
+
+
 class GRPOTrainer:
     """Train a causal LM with GRPO. ``train()`` runs the whole schedule; ``step()`` one step.
 
