@@ -124,6 +124,18 @@ def add_lora(model, rank=8, alpha=16.0, target_modules=ALL_LINEAR):
         return _peft().get_peft_model(model, lora_config(rank, alpha, target_modules))
 
 
+def load_adapter_weights(model, weights):
+    """Put a saved adapter's tensors (peft's ``adapter_model.safetensors``, read as {name: tensor}) into
+    ``model``'s adapter. Returns ``{"missing", "unexpected"}``: the adapter tensors the file lacks, and
+    the file's tensors the model has no place for."""
+    from peft import set_peft_model_state_dict
+
+    expected = {k for k in model.state_dict() if "lora_" in k}
+    result = set_peft_model_state_dict(model, weights)
+    missing = sorted(k for k in getattr(result, "missing_keys", []) if k in expected)
+    return {"missing": missing, "unexpected": sorted(getattr(result, "unexpected_keys", []))}
+
+
 def is_lora(model):
     """True when ``model`` is a ``peft`` model with an adapter that can be switched off."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
