@@ -19,13 +19,25 @@ BUNDLED_MODEL = "bundled"
 BUNDLED_SUMS_MODEL = "bundled-sums"
 """The model name that means "lesson 11's model in assets/tiny-sums", which writes its working."""
 
+BUNDLED_CALC_MODEL = "bundled-calc"
+"""The model name that means "lesson 15's model in assets/tiny-calc", which may call a calculator."""
+
 PRESETS = {
     "sums": {"model": BUNDLED_SUMS_MODEL, "task": "sums", "max_completion_length": 42,
              "total_training_steps": 100},
+    "calc": {"model": BUNDLED_CALC_MODEL, "task": "calc", "max_completion_length": 24, "batch_size": 8,
+             "total_training_steps": 20, "learning_rate": 1e-3, "beta": 0.0, "eval_size": 100},
 }
 """Named starting points (``GRPOConfig.preset(name)``, ``grpo-edu train --preset NAME``): the fields that differ
 from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens hold the longest worked
-solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there."""
+solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there.
+``calc``: lesson 15's tool task on ``assets/tiny-calc``, with the settings of its runs
+(``course/experiments/tools_runs.py``): 24 tokens hold a call, its reply and the answer; the calculator is in
+the loop wherever the task is ``calc`` (``training/task_setup.py``)."""
+
+TASK_PRESETS = {"sums": "sums", "calc": "calc"}
+"""A task that needs its own model: ``grpo-edu train --task NAME`` without ``--preset`` starts from this preset
+(its model, its answer length), so ``--task calc`` never trains the adder, which cannot write a call."""
 
 CHOICES = {
     "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo"),
