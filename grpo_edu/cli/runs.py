@@ -237,10 +237,20 @@ def cmd_export(args):
     check_dataset(config.dataset)
     rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
     config.schedule(len(rows))                     # e.g. a batch larger than the dataset
+    model = config.model
+    run = _run_settings(model) if model != BUNDLED_MODEL else {}
+    if run:                                        # a run's folder: its checkpoint is what TRL or verl can load
+        from grpo_edu.training.models import locate_model
+
+        model = locate_model(model)[0]
+        adapter = (f" (a LoRA run's: the adapter merged into its base model; the adapter alone, for peft, is in "
+                   f"{Path(model) / 'adapter'})" if run.get("lora_rank") else "")
+        print(f"grpo-edu export: note: --model {config.model} is a run's output folder: the model to load is its "
+              f"latest checkpoint, {model}{adapter}", file=sys.stderr)
     if args.target == "trl":
         result = to_trl(config, num_processes=args.processes)
     else:                                          # a model named with --model is verl's model.path
-        model_path = {} if config.model == BUNDLED_MODEL else {"model_path": config.model}
+        model_path = {} if config.model == BUNDLED_MODEL else {"model_path": model}
         result = to_verl(config, n_gpus=args.processes, **model_path)
     print(format_export(result, args.target))
     return 0
