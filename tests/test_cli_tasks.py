@@ -44,7 +44,7 @@ def test_a_task_with_its_own_model_starts_from_its_preset_and_flags_still_win():
                                          (["--task", "sums", "--model", "bundled"], "';' '#'"),
                                          (["--task", "calc", "--model", "bundled-sums"], "'\\[' '\\]' '\\?'")])
 def test_a_model_that_cannot_write_the_task_is_refused_naming_model_before_any_work(argv, chars, capsys, no_loading):
-    assert main(["train", *argv, "--no-progress"]) == 2
+    assert main(["train", *argv, "--total-training-steps", "1", "--eval-size", "0", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert pytest.importorskip("re").search(f"error: --model: .*'s tokenizer cannot write {chars}, which task", err)
     assert "Fix: leave --model out to use the task's own model" in err

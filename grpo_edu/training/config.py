@@ -235,7 +235,8 @@ class GRPOConfig:
     """r: train a LoRA adapter of this rank through peft instead of every weight (lesson 14); None = full
     fine-tuning. With LoRA, π_ref is the policy with its adapter switched off: no second copy (TRL's peft_config)."""
     lora_alpha: float = 16.0
-    """α: the adapter's update is scaled by α / r (peft's lora_alpha; usually 2 × lora_rank)."""
+    """α: the adapter's update is scaled by α / r (peft's lora_alpha; usually 2 × lora_rank). From 1e-3 to 1e4:
+    at 1e30 every gradient overflows and clipping zeroes every update (``lora.ALPHA_RANGE``)."""
     lora_target_modules: str = "all-linear"
     """Which Linear layers get an adapter: names separated by commas ("q_proj,v_proj"), or "all-linear"."""
 
