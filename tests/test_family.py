@@ -304,12 +304,10 @@ def test_a_value_head_on_a_model_whose_hidden_size_cannot_be_read_is_refused(ran
         Critic(faceless)
 
 
-def test_an_unknown_method_and_resuming_are_refused(random_model, char_tokenizer):
+def test_an_unknown_method_is_refused(random_model, char_tokenizer):
     with pytest.raises(ValueError, match="^method: "):
         make_trainer("ppo2", _config(), model=random_model, tokenizer=char_tokenizer, train_rows=ROWS)
-    t = _trainer(PPOTrainer, random_model, char_tokenizer)
-    with pytest.raises(ValueError, match="^resume_from: PPOTrainer does not resume"):
-        t.load_checkpoint("anywhere")
+    # resuming each method exactly, and refusing another method's run: tests/test_cli_methods.py
 
 
 # --- a short real run per method: it must learn ----------------------------------------------------------------

@@ -228,3 +228,95 @@ def test_a_lora_steps_memory_has_no_reference_copy_and_moments_for_the_adapter_o
     trainable, total = lora.trainable_fraction(trainer.model)
     assert parts["reference"] == 0 and parts["weights"] == 4 * total
     assert parts["gradients"] == 4 * trainable and parts["optimizer"] == 2 * 4 * trainable
+
+
+# --- a LoRA run's folder: scored, resumed exactly, exported (faults-4 L13, L13b, L14, L16) ------------------------
+def _lora_run(tmp_path, folder, steps, stop_after=None):
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    config = GRPOConfig(**{**SMALL, "total_training_steps": steps}, lora_rank=4, checkpoint_every=1,
+                        output_dir=str(tmp_path / folder))
+    trainer = GRPOTrainer(config)
+    if stop_after is None:
+        return trainer, trainer.train(progress=False)
+    for _ in range(stop_after):
+        trainer.step()
+    trainer.save_checkpoint()
+    return trainer, trainer.history
+
+
+def test_a_lora_checkpoint_holds_the_merged_model_and_the_adapter(tmp_path):
+    from grpo_edu.training.models import load_model_and_tokenizer
+
+    trainer, _ = _lora_run(tmp_path, "run", 2)
+    folder = tmp_path / "run" / "checkpoint-000002"
+    assert {"config.json", "model.safetensors", "adapter"} <= {p.name for p in folder.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in (folder / "adapter").iterdir()}
+    merged, tokenizer = load_model_and_tokenizer(str(folder))            # a plain model, as eval and TRL load it
+    assert not lora.is_lora(merged)
+    ids = tokenizer(["12+34=", "56+7="], padding=True, return_tensors="pt")
+    trainer.model.eval()
+    with torch.no_grad():
+        assert torch.allclose(merged(**ids).logits, trainer.model(**ids).logits, atol=1e-5)
+
+
+def test_a_lora_run_resumed_after_a_stop_equals_the_uninterrupted_run(tmp_path):
+    import hashlib
+
+    from grpo_edu.training.trainer import GRPOTrainer
+
+    _, whole = _lora_run(tmp_path, "a", 3)
+    _lora_run(tmp_path, "b", 3, stop_after=2)
+    config = GRPOConfig(**{**SMALL, "total_training_steps": 3}, lora_rank=4, checkpoint_every=1,
+                        output_dir=str(tmp_path / "b"))
+    resumed = GRPOTrainer(config).train(resume_from=str(tmp_path / "b"), progress=False)
+    strip = lambda history: [{k: v for k, v in row.items() if k != "seconds"} for row in history]   # noqa: E731
+    assert strip(resumed) == strip(whole)
+    for name in ("adapter/adapter_model.safetensors", "model.safetensors", "trainer_state.safetensors"):
+        shas = {hashlib.sha256((tmp_path / run / "checkpoint-000003" / name).read_bytes()).hexdigest() for run in "ab"}
+        assert len(shas) == 1, name
+    with pytest.raises(ValueError, match=r"^resume_from: .* is a LoRA run \(lora_rank 4\): pass its LoRA settings"):
+        GRPOTrainer(GRPOConfig(**{**SMALL, "total_training_steps": 4})).train(resume_from=str(tmp_path / "b"),
+                                                                               progress=False)
+
+
+def test_grpo_edu_scores_and_exports_a_lora_run(tmp_path, capsys, monkeypatch):
+    from grpo_edu.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--batch-size", "2", "--num-generations", "4", "--eval-size", "0", "--no-progress", "--lora-rank", "4"]
+    assert main(["train", *tiny, "--total-training-steps", "2", "--checkpoint-every", "1", "--output-dir", "lrun"]) == 0
+    capsys.readouterr()
+    assert main(["eval", "--model", "lrun", "--n", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "scoring its latest checkpoint, lrun/checkpoint-000002 (the LoRA run's adapter merged" in out
+    assert "accuracy" in out
+    assert main(["export", "verl", "--model", "lrun", "--lora-rank", "4"]) == 0
+    captured = capsys.readouterr()
+    assert "actor_rollout_ref.model.path=lrun/checkpoint-000002" in captured.out
+    assert "the adapter alone, for peft, is in lrun/checkpoint-000002/adapter" in captured.err
+
+
+def test_an_adapter_only_checkpoint_is_named_a_lora_run_and_resumed_never_sent_to_overwrite(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """Checkpoints as grpo_edu wrote them before merged LoRA checkpoints: the adapter alone."""
+    import shutil
+
+    from grpo_edu.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _lora_run(tmp_path, "old", 2)
+    for folder in (tmp_path / "old").glob("checkpoint-*"):
+        for name in ("config.json", "model.safetensors", "generation_config.json"):
+            (folder / name).unlink()
+        for path in (folder / "adapter").iterdir():
+            shutil.move(str(path), folder / path.name)
+        (folder / "adapter").rmdir()
+    assert main(["eval", "--model", "old", "--n", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "holds only its adapter" in err and "old is a LoRA run" in err and "resume it with --resume old" in err
+    assert "start a new run" not in err
+    tiny = ["--batch-size", "2", "--num-generations", "4", "--eval-size", "0", "--no-progress", "--lora-rank", "4",
+            "--total-training-steps", "3", "--checkpoint-every", "1"]
+    assert main(["train", *tiny, "--resume", "old"]) == 0                  # resumed: a checkpoint eval can score
+    assert main(["eval", "--model", "old", "--n", "4"]) == 0

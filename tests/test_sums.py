@@ -129,7 +129,7 @@ def test_the_sums_preset_names_only_what_differs_and_flags_beside_it_win(monkeyp
     assert config.max_completion_length == SUMS.max_answer_chars + 1           # the longest worked answer fits
     assert all(getattr(GRPOConfig(), k) != v for k, v in PRESETS["sums"].items())   # nothing restated
     assert locate_model("bundled-sums") == (str(sums_model_dir()), {"kind": "bundled"})
-    with pytest.raises(ValueError, match=r"^preset: unknown preset 'long'\. Fix: use one of sums"):
+    with pytest.raises(ValueError, match=r"^preset: unknown preset 'long'\. Fix: use one of calc, sums"):
         GRPOConfig.preset("long")
 
     from grpo_edu import cli

@@ -19,11 +19,12 @@ def in_tmp(tmp_path, monkeypatch):
 @pytest.fixture
 def no_training(monkeypatch):
     """GRPOTrainer replaced by a stand-in that fails loudly: a check that comes after it comes too late."""
-    from grpo_edu.training import trainer
+    from grpo_edu.training import family, trainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
     monkeypatch.setattr(trainer, "GRPOTrainer", refuse)
+    monkeypatch.setattr(family, "make_trainer", refuse)          # grpo-edu train makes its trainer there
 
 
 # --- train: the word none ------------------------------------------------------------------------

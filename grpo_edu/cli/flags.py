@@ -98,21 +98,40 @@ def _add_preset_flag(parser):
     from grpo_edu.training.config import PRESETS
 
     parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named config (flags given with it "
-                        "still win): sums = lesson 11's long answers on assets/tiny-sums")
+                        "still win): sums = lesson 11's long answers on assets/tiny-sums; calc = lesson 15's "
+                        "calculator task on assets/tiny-calc (--task sums or calc alone starts from these too)")
 
 
 def _apply_preset(parser, argv):
-    """``--preset NAME``: the preset's fields become the subcommand's defaults, so any flag given beside it wins."""
-    from grpo_edu.training.config import PRESETS
+    """``--preset NAME``: the preset's fields become the subcommand's defaults, so any flag given beside it wins.
+
+    Without ``--preset``, a ``--task`` that needs its own model (``config.TASK_PRESETS``: sums, calc) starts
+    from that task's preset: ``--task calc`` trains ``assets/tiny-calc``, not the adder, which cannot write
+    a calculator call."""
+    from grpo_edu.training.config import PRESETS, TASK_PRESETS
 
     command = parser.preset_commands.get(argv[0]) if argv else None
     if command is None:
         return
     finder = argparse.ArgumentParser(add_help=False)
     finder.add_argument("--preset")
-    name = finder.parse_known_args(argv[1:])[0].preset
+    finder.add_argument("--task")
+    found = finder.parse_known_args(argv[1:])[0]
+    name = found.preset if found.preset is not None else TASK_PRESETS.get(found.task)
     if name in PRESETS:                                # an unknown name is left for the real parser to refuse
         command.set_defaults(**PRESETS[name])
+
+
+def class_field_docs(cls):
+    """{field: docstring} of a dataclass, read from its source as :func:`field_docs` reads GRPOConfig's."""
+    try:
+        tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body
+    return {field.target.id: inspect.cleandoc(doc.value.value) for field, doc in zip(body, body[1:])
+            if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) and isinstance(doc, ast.Expr)
+            and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)}
 
 
 def _config_from(args):

@@ -137,7 +137,12 @@ def check_replay_file(path):
 def cmd_train(args):
     from tqdm.auto import tqdm
 
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.cli import method_flags
+    from grpo_edu.training import task_setup
+    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.family import make_trainer
+    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.trainer import unchanged_reason
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -155,8 +160,14 @@ def cmd_train(args):
         print(f"output_dir: not given, so this resumed run saves into {args.output_dir}, the folder it resumes",
               file=sys.stderr)
     config = _config_from(args)                    # every field checked before any model loads
+    method, family = method_flags.method_and_settings(args, default_beta=GRPOConfig.beta)
     check_dataset(config.dataset)
     check_replay_file(config.replay_path)
+    task = get_task(config.task)
+    tool = task_setup.tool_for(task)               # the calculator in the loop for the tool task
+    if config.dataset is None:                     # a prompt file of one's own may need other characters
+        task_setup.check_model_for_task(config.model, task, tool, trust_remote_code=config.trust_remote_code,
+                                        arg="--model")
     if config.output_dir:
         from grpo_edu.training import run_folder
 
@@ -170,14 +181,15 @@ def cmd_train(args):
         tqdm.write(f"held-out accuracy {when}: {record['accuracy']:.1%} "
                    f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
 
-    trainer = GRPOTrainer(config, eval_callbacks=[show_eval])
+    trainer = make_trainer(method, config, family=family, eval_callbacks=[show_eval], tool=tool)
     metrics_file = (MetricsFile(args.metrics_out, trainer, replace=bool(args.resume or args.overwrite))
                     if args.metrics_out else None)
     if metrics_file:
         trainer.callbacks.append(metrics_file)
     sched = trainer.schedule
-    print(f"GRPO on {config.model} · task {config.task} · {len(trainer.train_rows)} prompts · "
-          f"B={config.batch_size} G={config.num_generations} → {sched.total_steps} steps "
+    with_tool = f" · the {tool.name} in the loop (tools/* metrics)" if tool is not None else ""
+    print(f"{trainer.run_name()} on {config.model} · task {config.task}{with_tool} · {len(trainer.train_rows)} "
+          f"prompts · B={config.batch_size} G={config.num_generations} → {sched.total_steps} steps "
           f"(stops by {sched.stop_reason}) · device {trainer.device}", flush=True)
     try:
         history = trainer.train(resume_from=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
@@ -191,12 +203,19 @@ def cmd_train(args):
     if history:
         last = history[-1]
         kl = "not measured (beta 0)" if last["kl"] is None else f"{last['kl']:.4f}"
-        print(f"last step: reward {last['reward_mean']:.3f}, kl to the start {kl}")
+        calls = (f", tools/call_frequency {last['tools/call_frequency']:.2f}, tools/failure_frequency "
+                 f"{last['tools/failure_frequency']:.2f}" if "tools/call_frequency" in last else "")
+        print(f"last step: reward {last['reward_mean']:.3f}, kl to the start {kl}{calls}")
     out = trainer.config.output_dir
     if out:
         print(f"model saved in {out} (checkpoint-{trainer.step_count:06d}); score it with: "
               f"grpo-edu eval --model {out}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")
+    unchanged = unchanged_reason(history) if trainer.config.max_grad_norm > 0 else None
+    if unchanged:                                   # a run that trained nothing does not end as a success
+        print(f"grpo-edu train: error: nothing was trained: {unchanged}. Fix: check the run's settings against "
+              "grpo-edu train --help, and its metrics (grad_norm) with grpo-edu diagnose", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -218,10 +237,20 @@ def cmd_export(args):
     check_dataset(config.dataset)
     rows = load_prompts(config.dataset) if config.dataset else get_task(config.task).split("train")
     config.schedule(len(rows))                     # e.g. a batch larger than the dataset
+    model = config.model
+    run = _run_settings(model) if model != BUNDLED_MODEL else {}
+    if run:                                        # a run's folder: its checkpoint is what TRL or verl can load
+        from grpo_edu.training.models import locate_model
+
+        model = locate_model(model)[0]
+        adapter = (f" (a LoRA run's: the adapter merged into its base model; the adapter alone, for peft, is in "
+                   f"{Path(model) / 'adapter'})" if run.get("lora_rank") else "")
+        print(f"grpo-edu export: note: --model {config.model} is a run's output folder: the model to load is its "
+              f"latest checkpoint, {model}{adapter}", file=sys.stderr)
     if args.target == "trl":
         result = to_trl(config, num_processes=args.processes)
     else:                                          # a model named with --model is verl's model.path
-        model_path = {} if config.model == BUNDLED_MODEL else {"model_path": config.model}
+        model_path = {} if config.model == BUNDLED_MODEL else {"model_path": model}
         result = to_verl(config, n_gpus=args.processes, **model_path)
     print(format_export(result, args.target))
     return 0
@@ -229,28 +258,66 @@ def cmd_export(args):
 
 # --- eval ----------------------------------------------------------------------------------
 def cmd_eval(args):
+    from grpo_edu.training import task_setup
+    from grpo_edu.training.config import PRESETS, TASK_PRESETS
     from grpo_edu.training.evaluation import evaluate
     from grpo_edu.training.models import load_model_and_tokenizer, locate_model
+    from grpo_edu.training.multi_turn import evaluate_with_tools
     from grpo_edu.training.tasks import get_task
 
     if args.show < 0:
         _fail("--show", f"is {args.show}", "give how many sample answers to print, 0 or more")
     if args.seed < 0:
         _fail("--seed", f"is {args.seed}", "give a seed of 0 or more (as grpo-edu train does)")
+    run = _run_settings(args.model) if args.model is not None else {}
+    if args.task is None:                          # a run is scored on the task it trained on
+        args.task = run.get("task", "addition")
+    preset = PRESETS.get(TASK_PRESETS.get(args.task), {})
+    if args.model is None:                         # the task's own model: tiny-calc for calc, tiny-sums for sums
+        args.model = task_setup.bundled_model_of(args.task)
+    if args.max_new_tokens is None:                # long enough for the task's answers (a call and its reply)
+        args.max_new_tokens = run.get("max_completion_length") or preset.get("max_completion_length", 8)
     task = get_task(args.task)
+    tool = task_setup.tool_for(task)
     rows = task.split(args.split, args.n)
     source, info = locate_model(args.model)
     if info["kind"] == "run":
-        print(f"{args.model} is a run's output folder: scoring its latest checkpoint, {info['checkpoint']}")
+        print(f"{args.model} is a run's output folder: scoring its latest checkpoint, {info['checkpoint']}"
+              + (" (the LoRA run's adapter merged into its base model)" if run.get("lora_rank") else ""))
     model, tok = load_model_and_tokenizer(source, trust_remote_code=args.trust_remote_code)
-    res = evaluate(model, tok, rows, task, temperature=args.temperature, num_samples=args.samples,
-                   seed=args.seed, max_new_tokens=args.max_new_tokens)
+    task_setup.check_model_writes_task(tok, task, tool, model=args.model, arg="--model")
+    sampling = dict(temperature=args.temperature, num_samples=args.samples, seed=args.seed,
+                    max_new_tokens=args.max_new_tokens)
+    if tool is not None:                           # the task is answered with the calculator in the loop
+        res = evaluate_with_tools(model, tok, rows, task, tool, **sampling)
+        samples = [s[:4] for s in res["samples"]]
+    else:
+        res = evaluate(model, tok, rows, task, **sampling)
+        samples = res["samples"]
+    with_tool = f", the {tool.name} in the loop" if tool is not None else ""
     print(f"{args.model} on {args.task}/{args.split} ({len(rows)} prompts × {args.samples} samples, "
-          f"temperature {args.temperature}): accuracy {res['accuracy']:.1%}")
-    for prompt, text, answer, ok in res["samples"][:args.show]:
+          f"temperature {args.temperature}{with_tool}): accuracy {res['accuracy']:.1%}")
+    if tool is not None:
+        print(f"answers with a call: {res['call_rate']:.1%}; with a failed call: {res['failed_call_rate']:.1%}")
+    for prompt, text, answer, ok in samples[:args.show]:
         print(f"  {prompt}{text!s:<6} {'✓' if ok else '✗ expected ' + answer}")
     return 0
 
+
+def _run_settings(model):
+    """The GRPOConfig fields (as JSON) of the run whose output folder or checkpoint ``model`` names; {} for a
+    model folder or a name."""
+    from grpo_edu.training import checkpoint as ckpt
+
+    path = Path(model).expanduser()
+    if not path.is_dir() or (path / "config.json").exists() and not (path / "trainer_state.json").exists():
+        return {}
+    try:
+        folder, _ = ckpt.find_checkpoint(path, arg="model")
+        config = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))["config"]
+    except (ValueError, OSError, KeyError):        # locate_model names what is wrong with the folder
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 # --- the parsers -----------------------------------------------------------------------------
@@ -275,6 +342,9 @@ def add_train(sub):
                      help="let this run replace another run in --output-dir (only that run's checkpoint-* "
                           "folders and latest.json are removed; nothing else)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    from grpo_edu.cli.method_flags import add_method_flags
+
+    add_method_flags(train)
     train.set_defaults(func=cmd_train)
     return train
 
@@ -284,12 +354,13 @@ def add_eval(sub):
 
     ev = sub.add_parser("eval", help="held-out accuracy of a model directory on a task",
                         description="Score a model: sample answers to a task's prompts and check them.")
-    ev.add_argument("--model", default="bundled", metavar="DIR",
+    ev.add_argument("--model", default=None, metavar="DIR",
                     help="A model folder, a run's output folder (its latest checkpoint is used), a hub name, "
-                         "or 'bundled'. (default: bundled)")
-    ev.add_argument("--task", default="addition", metavar="{" + ",".join(TASKS) + "}",
-                    help=f"The task whose prompts and checker are used. Choices: {', '.join(TASKS)}. "
-                         "(default: addition)")
+                         "or 'bundled'. (default: the task's own model: bundled, bundled-sums for sums, "
+                         "bundled-calc for calc)")
+    ev.add_argument("--task", default=None, metavar="{" + ",".join(TASKS) + "}",
+                    help=f"The task whose prompts and checker are used; calc is answered with the calculator in "
+                         f"the loop. Choices: {', '.join(TASKS)}. (default: a run's own task, else addition)")
     ev.add_argument("--split", default="heldout", choices=["heldout", "train"],
                     help="Which split's prompts to score. (default: heldout)")
     ev.add_argument("--n", type=int, default=500, metavar="INT",
@@ -298,8 +369,9 @@ def add_eval(sub):
                     help="Answers sampled per prompt. (default: 1)")
     ev.add_argument("--temperature", type=float, default=1.0, metavar="FLOAT",
                     help="Sampling temperature; 0 = greedy, the model's most likely answer. (default: 1)")
-    ev.add_argument("--max-new-tokens", type=int, default=8, metavar="INT",
-                    help="Most tokens per answer. (default: 8)")
+    ev.add_argument("--max-new-tokens", type=int, default=None, metavar="INT",
+                    help="Most tokens per answer, a tool's reply included. (default: a run's own "
+                         "max_completion_length, else the task's: 8, 42 for sums, 24 for calc)")
     ev.add_argument("--seed", type=int, default=0, metavar="INT",
                     help="Seed of the sampling: same seed, same score. (default: 0)")
     ev.add_argument("--show", type=int, default=5, metavar="INT", help="Print this many sample answers. (default: 5)")

@@ -10,10 +10,28 @@ missing value.
 def parse_args(parser, argv=None):
     """``parser.parse_args(argv)``, then refuse any option or positional argument whose value is empty (or
     only spaces), in the chosen subcommand's arguments too. A value equal to the argument's default is left
-    alone: it may be the default itself. Exits with argparse's usage error (status 2), as a bad flag does."""
-    args = parser.parse_args(argv)
+    alone: it may be the default itself. Exits with argparse's usage error (status 2), as a bad flag does.
+
+    A flag the command does not know is named by the parser of the subcommand it was typed after
+    (``grpo-edu train --bogus`` shows ``usage: grpo-edu train …``), not by the top-level one, whose usage
+    line lists only the subcommands."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     _refuse_empty(parser, args)
     return args
+
+
+def _innermost(parser, args):
+    """The parser of the subcommand chosen in ``args`` (followed down), or ``parser`` itself."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _innermost(action.choices[chosen], args)
+    return parser
 
 
 def _refuse_empty(parser, args):

@@ -9,9 +9,14 @@ A run's output folder holds:
 A checkpoint folder holds:
 
 * ``model.safetensors`` + ``config.json`` + tokenizer files: the policy, loadable on its
-  own by ``from_pretrained`` (so ``grpo-edu eval`` can score it);
-* ``trainer_state.safetensors``: the optimizer's moment tensors and the RNG states;
-* ``trainer_state.json``: the step, the run's id and GRPOConfig, the optimizer's
+  own by ``from_pretrained`` (so ``grpo-edu eval`` can score it). A LoRA run saves its
+  policy with the adapter merged in (W + (α/r)·B·A) there, and the adapter alone in
+  ``adapter/`` (peft's ``adapter_config.json`` + ``adapter_model.safetensors``), which is
+  what resuming reads: the merged sum cannot be split back into W, B and A;
+* ``trainer_state.safetensors``: the optimizer's moment tensors and the RNG states, and a
+  method's own tensors (PPO: the critic's weights and its optimizer's moments);
+* ``trainer_state.json``: the step, the run's id and GRPOConfig, the method that trained it
+  (``grpo``, ``ppo``, ``dpo``, …) with that method's own settings, the optimizer's
   hyper-parameters, the metrics logged so far, and the replay buffer (its samples and RNG
   state) when the run keeps one.
 
@@ -45,6 +50,9 @@ CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 """Names of the folders this module writes; ``checkpoint-best`` and the like never match."""
 RNG_STATES = ("sampling", "torch_cpu")
 """The random number generators a checkpoint stores (``rng.<name>`` in trainer_state.safetensors)."""
+ADAPTER = "adapter"
+"""The sub-folder of a LoRA run's checkpoint that holds the adapter alone (peft's format)."""
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 TEMPORARY = re.compile(r"^\.checkpoint-\d+\.(tmp|old)-\w+$|^latest\.json\.tmp-\w+$")
 """Names of the half-written files a killed run can leave behind."""
 
@@ -153,6 +161,10 @@ def trainer_state_problem(state):
     odd = [key for key in optimizer["scalars"] if not re.match(r"^\d+\.\w+$", str(key))]
     if odd:
         return f"has optimizer scalars whose names are not <parameter index>.<name>: {odd[:3]}"
+    method = state.get("method")
+    if method is not None and not (isinstance(method, dict) and isinstance(method.get("name"), str)
+                                   and isinstance(method.get("settings", {}), dict)):
+        return f"has its method entry in the wrong form (an object with a name and settings): {str(method)[:80]}"
     replay = state.get("replay")
     if replay is not None and not (isinstance(replay, dict) and {"buffer", "round_offset"} <= set(replay)):
         return "has a replay entry without its buffer and round_offset"
@@ -169,30 +181,61 @@ def safetensors_names(path):
 def checkpoint_problem(folder, *, to_resume=True):
     """None if the checkpoint ``folder`` is complete, else (file, what is wrong).
 
-    ``to_resume=False`` checks only what loading the model needs (config and weights).
+    ``to_resume=False`` checks only what loading the model needs (config and weights). Resuming a LoRA run
+    reads its adapter (``adapter/``) and no merged model, so an older LoRA checkpoint that holds the adapter
+    alone can be resumed, though not loaded on its own.
     """
     folder = Path(folder)
-    for name in ("trainer_state.json", "config.json") if to_resume else ("config.json",):
-        try:
-            data = _read_json(folder / name)
-        except FileNotFoundError:
-            return folder / name, "is missing"
-        except (OSError, ValueError) as err:
-            return folder / name, f"is not valid JSON ({err})"
-        if name == "trainer_state.json":
-            problem = trainer_state_problem(data)
-            if problem:
-                return folder / name, problem
-    for name in ("model.safetensors", "trainer_state.safetensors") if to_resume else ("model.safetensors",):
-        problem = safetensors_problem(folder / name)
-        if problem:
-            return folder / name, problem
+    lora_run = False
     if to_resume:
+        try:
+            state = _read_json(folder / "trainer_state.json")
+        except FileNotFoundError:
+            return folder / "trainer_state.json", "is missing"
+        except (OSError, ValueError) as err:
+            return folder / "trainer_state.json", f"is not valid JSON ({err})"
+        problem = trainer_state_problem(state)
+        if problem:
+            return folder / "trainer_state.json", problem
+        lora_run = state["config"].get("lora_rank") is not None
+    adapter = adapter_folder(folder) if lora_run else None
+    if not (lora_run and adapter is not None and not (folder / "config.json").exists()):   # an older LoRA checkpoint
+        try:
+            _read_json(folder / "config.json")
+        except FileNotFoundError:
+            if adapter_folder(folder) is not None:
+                return folder / "config.json", ("is missing: this checkpoint of a LoRA run holds only its adapter "
+                                                "(adapter_model.safetensors), not a model to load on its own")
+            return folder / "config.json", "is missing"
+        except (OSError, ValueError) as err:
+            return folder / "config.json", f"is not valid JSON ({err})"
+        problem = safetensors_problem(folder / "model.safetensors")
+        if problem:
+            return folder / "model.safetensors", problem
+    if to_resume:
+        problem = safetensors_problem(folder / "trainer_state.safetensors")
+        if problem:
+            return folder / "trainer_state.safetensors", problem
         stored = safetensors_names(folder / "trainer_state.safetensors")
         missing = [f"rng.{k}" for k in RNG_STATES if f"rng.{k}" not in stored]
         if missing:
             return (folder / "trainer_state.safetensors", f"lacks {', '.join(missing)} (the random number generators' "
                     "states, without which the run cannot continue exactly)")
+        if lora_run:                                   # resuming a LoRA run reads its adapter, not the merged model
+            if adapter is None:
+                return folder / ADAPTER / ADAPTER_FILES[0], "is missing (the LoRA adapter, which resuming reads)"
+            problem = safetensors_problem(adapter / ADAPTER_FILES[1])
+            if problem:
+                return adapter / ADAPTER_FILES[1], problem
+    return None
+
+
+def adapter_folder(folder):
+    """Where a LoRA checkpoint keeps its adapter (``adapter/``, or the folder itself in older runs); None if none."""
+    folder = Path(folder)
+    for where in (folder / ADAPTER, folder):
+        if all((where / name).is_file() for name in ADAPTER_FILES):
+            return where
     return None
 
 
@@ -206,6 +249,12 @@ def intact_hint(folder, arg):
     """The "Fix:" part of a corrupt-checkpoint error: the newest intact checkpoint, if any."""
     intact = intact_checkpoints(folder, to_resume=arg == "resume_from")
     if not intact:
+        lora = [p for _, p in checkpoint_folders(folder) if adapter_folder(p) is not None]
+        if lora:                                       # never advise --overwrite: it would delete the run
+            return (f"{folder} is a LoRA run whose checkpoints hold its adapter ({lora[-1].name}/"
+                    f"{adapter_folder(lora[-1]).relative_to(lora[-1]) / ADAPTER_FILES[1]}); resume it with "
+                    f"--resume {folder} and the run's flags (--lora-rank …), which writes checkpoints that "
+                    "grpo-edu eval can score; --overwrite would delete it")
         return f"no intact checkpoint is left in {folder}: start a new run (another output_dir, or --overwrite)"
     flag = "--resume" if arg == "resume_from" else "--model"
     return (f"use the newest intact checkpoint, {intact[0][1]} "
@@ -277,11 +326,35 @@ def _unflatten_optimizer(tensors, meta):
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def save_policy(model, folder):
+    """``model`` as a folder ``from_pretrained`` loads. A LoRA model (peft) is saved twice: merged into its base
+    weights there (a copy is merged: the model training goes on unmerged), and its adapter alone in
+    ``folder/adapter``, for a resume to put back exactly. The merged copy costs one more model in memory
+    while it is written."""
+    import copy
+    import warnings
+
+    from grpo_edu.training import lora
+
+    folder = Path(folder)
+    if not lora.is_lora(model):
+        model.save_pretrained(folder, safe_serialization=True)
+        return
+    model.save_pretrained(folder / ADAPTER, safe_serialization=True)
+    with warnings.catch_warnings():                      # peft's notes on merging: not the learner's to act on
+        warnings.simplefilter("ignore")
+        merged = copy.deepcopy(model).merge_and_unload()
+    merged.save_pretrained(folder, safe_serialization=True)
+
+
 def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, config, metrics, run_id, keep=2,
-                    replay=None):
+                    replay=None, method=None, extra_tensors=None):
     """Write ``output_dir/checkpoint-{step:06d}`` atomically, point latest.json at it, rotate.
 
     ``replay``: the replay buffer's saved state (JSON data), stored in trainer_state.json.
+    ``method``: ``{"name", "settings"[, "state"]}``, the method that trained the run and its own settings
+    (and JSON state), stored in trainer_state.json; ``extra_tensors``: the method's tensors ({name: tensor},
+    names not starting with ``optim.`` or ``rng.``), stored in trainer_state.safetensors.
 
     Rotation keeps the newest ``keep`` checkpoints *of this run* (same ``run_id``) up to
     ``step``; nothing else in the folder is touched. A failed write (disk full) removes its
@@ -296,12 +369,14 @@ def save_checkpoint(output_dir, step, *, model, tokenizer, optimizer, rng, confi
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=output_dir))   # new and ours: nothing planted
-        model.save_pretrained(tmp, safe_serialization=True)
+        save_policy(model, tmp)
         tokenizer.save_pretrained(tmp)
         tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
         tensors.update({f"rng.{k}": v.cpu() for k, v in rng.items()})
+        tensors.update({k: v.detach().cpu().contiguous() for k, v in (extra_tensors or {}).items()})
         save_file(tensors, tmp / "trainer_state.safetensors")
         _write_json(tmp / "trainer_state.json", {"step": step, "run_id": run_id, "config": config.to_dict(),
+                                                 **({"method": method} if method is not None else {}),
                                                  "optimizer": optim_meta, "metrics": metrics,
                                                  **({"replay": replay} if replay is not None else {})})
         if final.exists():   # re-saving a step: the old copy goes only once the new one is complete
@@ -348,8 +423,35 @@ def remove_path(path, ignore_errors=False):
 
 
 # --- reading ------------------------------------------------------------------------------
+def flatten_optimizer(optimizer, prefix):
+    """A second optimizer's state (PPO's critic) as ``(tensors named prefix.<index>.<name>, JSON rest)``."""
+    tensors, meta = _flatten_optimizer(optimizer.state_dict())
+    return {prefix + k[len("optim"):]: v for k, v in tensors.items()}, meta
+
+
+def unflatten_optimizer(tensors, meta, prefix):
+    """The state_dict that :func:`flatten_optimizer` stored under ``prefix``."""
+    return _unflatten_optimizer({"optim" + k[len(prefix):]: v for k, v in tensors.items()
+                                 if k.startswith(prefix + ".")}, meta)
+
+
+def method_of(state):
+    """The method that trained a checkpoint (``grpo``, ``ppo``, …), from its trainer_state.json (parsed).
+
+    A checkpoint written before the method was stored is read from its metrics: PPO logs ``value_loss``,
+    rejection sampling ``kept_fraction``, DPO ``pair_fraction``; GRPO none of them."""
+    if isinstance(state.get("method"), dict):
+        return state["method"]["name"]
+    logged = {key for row in state["metrics"]["history"] if isinstance(row, dict) for key in row}
+    for key, method in (("value_loss", "ppo"), ("kept_fraction", "rft"), ("pair_fraction", "dpo")):
+        if key in logged:
+            return method
+    return "reinforce" if state["config"].get("advantage_estimator") == "reinforce" else "grpo"
+
+
 def load_trainer_state(path):
-    """(folder, run folder, state dict from JSON, optimizer state_dict, rng tensors) of a checkpoint."""
+    """(folder, run folder, state dict from JSON, optimizer state_dict, rng tensors) of a checkpoint;
+    a method's own tensors (PPO's critic) are in ``state["tensors"]``."""
     folder, run_dir = find_checkpoint(path)
     state = _read_json(folder / "trainer_state.json")
     try:
@@ -359,4 +461,5 @@ def load_trainer_state(path):
         _checks.fail("resume_from", f"{folder / 'trainer_state.safetensors'} cannot be read "
                      f"({err.__class__.__name__}: {err})", intact_hint(run_dir, "resume_from"), error=CheckpointError)
     rng = {k[len("rng."):]: v for k, v in tensors.items() if k.startswith("rng.")}
+    state["tensors"] = {k: v for k, v in tensors.items() if not k.startswith(("rng.", "optim."))}
     return folder, run_dir, state, optim, rng

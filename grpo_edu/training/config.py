@@ -19,13 +19,25 @@ BUNDLED_MODEL = "bundled"
 BUNDLED_SUMS_MODEL = "bundled-sums"
 """The model name that means "lesson 11's model in assets/tiny-sums", which writes its working."""
 
+BUNDLED_CALC_MODEL = "bundled-calc"
+"""The model name that means "lesson 15's model in assets/tiny-calc", which may call a calculator."""
+
 PRESETS = {
     "sums": {"model": BUNDLED_SUMS_MODEL, "task": "sums", "max_completion_length": 42,
              "total_training_steps": 100},
+    "calc": {"model": BUNDLED_CALC_MODEL, "task": "calc", "max_completion_length": 24, "batch_size": 8,
+             "total_training_steps": 20, "learning_rate": 1e-3, "beta": 0.0, "eval_size": 100},
 }
 """Named starting points (``GRPOConfig.preset(name)``, ``grpo-edu train --preset NAME``): the fields that differ
 from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens hold the longest worked
-solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there."""
+solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there.
+``calc``: lesson 15's tool task on ``assets/tiny-calc``, with the settings of its runs
+(``course/experiments/tools_runs.py``): 24 tokens hold a call, its reply and the answer; the calculator is in
+the loop wherever the task is ``calc`` (``training/task_setup.py``)."""
+
+TASK_PRESETS = {"sums": "sums", "calc": "calc"}
+"""A task that needs its own model: ``grpo-edu train --task NAME`` without ``--preset`` starts from this preset
+(its model, its answer length), so ``--task calc`` never trains the adder, which cannot write a call."""
 
 CHOICES = {
     "loss_type": ("grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo"),
@@ -223,7 +235,8 @@ class GRPOConfig:
     """r: train a LoRA adapter of this rank through peft instead of every weight (lesson 14); None = full
     fine-tuning. With LoRA, π_ref is the policy with its adapter switched off: no second copy (TRL's peft_config)."""
     lora_alpha: float = 16.0
-    """α: the adapter's update is scaled by α / r (peft's lora_alpha; usually 2 × lora_rank)."""
+    """α: the adapter's update is scaled by α / r (peft's lora_alpha; usually 2 × lora_rank). From 1e-3 to 1e4:
+    at 1e30 every gradient overflows and clipping zeroes every update (``lora.ALPHA_RANGE``)."""
     lora_target_modules: str = "all-linear"
     """Which Linear layers get an adapter: names separated by commas ("q_proj,v_proj"), or "all-linear"."""
 
@@ -235,6 +248,9 @@ class GRPOConfig:
             _checks.positive_float(name, getattr(self, name))
         for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
+        from grpo_edu.training.lora import check_alpha, check_settings
+
+        check_alpha(self.lora_alpha)                  # NaN or 1e30 is an error with LoRA off too
         for name, limits in LIMITS.items():
             if name not in ("epsilon_high", "importance_sampling_cap"):   # these two are checked below, in context
                 _in_range(name, getattr(self, name), *limits)
@@ -263,8 +279,6 @@ class GRPOConfig:
         self._check_variant()
         self._check_replay()
         if self.lora_rank is not None:                # a bad rank or module list fails now; the model's names at load
-            from grpo_edu.training.lora import check_settings
-
             check_settings(self.lora_rank, self.lora_alpha, self.lora_target_modules)
         if self.checkpoint_every and not self.output_dir:
             _checks.fail("output_dir", "is not set but checkpoint_every asks for checkpoints",
@@ -325,6 +339,12 @@ class GRPOConfig:
             if getattr(self, name) != default[name] and self.loss_type != "sapo":
                 unused.append(f"{name}={getattr(self, name):g} sets SAPO's gate, but loss_type is "
                               f"{self.loss_type!r}; pass loss_type='sapo', or leave {name} out")
+        if self.lora_rank is None:
+            for name in ("lora_alpha", "lora_target_modules"):
+                if getattr(self, name) != default[name]:
+                    unused.append(f"{name}={getattr(self, name)!r} sets the LoRA adapter, but lora_rank is None: "
+                                  "this run fine-tunes every weight; pass lora_rank (e.g. 8) to train an adapter, "
+                                  f"or leave {name} out")
         for text in unused:
             warnings.warn(text, stacklevel=5)
 

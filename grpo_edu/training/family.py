@@ -27,8 +27,9 @@ Names follow verl and TRL: ``gamma`` γ and ``lam`` λ (verl's ``algorithm.gamma
 ``cliprange_value`` (verl's ``critic.cliprange_value``), ``beta`` and ``ref_model`` (TRL's ``DPOTrainer``).
 The family's own settings sit in :class:`FamilyConfig`; the rest is the run's ``GRPOConfig``.
 
-Where we simplify: a family run saves its policy like any run, but the critic is not checkpointed, so a
-PPO run cannot be resumed (``load_checkpoint`` refuses). Replay and dynamic sampling are GRPO's
+A family run's checkpoints record its method and the method's settings (``FamilyConfig``), and PPO's hold
+the critic and its optimizer too, so each method resumes exactly like GRPO; resuming with another method,
+or other settings, is refused (``GRPOTrainer._check_method``). Replay and dynamic sampling are GRPO's
 (``METHOD_SETTINGS`` leaves them off). A step that has nothing to learn from (rejection sampling with no
 right answer, DPO with no pair) is **skipped**: no optimizer step (Adam's momentum would still move the
 weights on a zero gradient), ``metrics["skipped"]`` is True, ``loss`` is None, and a warning names the step.
@@ -148,9 +149,9 @@ class _FamilyTrainer(GRPOTrainer):
         self._updates_done += 1
         return norm
 
-    def load_checkpoint(self, path):
-        _checks.fail("resume_from", f"{type(self).__name__} does not resume runs (the critic and the method's state "
-                     "are not checkpointed)", "start the run again, or resume a GRPO run with GRPOTrainer")
+    def method_settings(self):
+        """The FamilyConfig this run trains with: a resume must match it."""
+        return dataclasses.asdict(self.family)
 
 
 class PPOTrainer(_FamilyTrainer):
@@ -171,12 +172,32 @@ class PPOTrainer(_FamilyTrainer):
     """
 
     method = "PPO"
+    method_name = "ppo"
 
     def __init__(self, config=None, *, family=None, **kwargs):
         super().__init__(config, family=family, **kwargs)
-        self.critic = Critic(self.model).to(self.device)
+        with torch.random.fork_rng(devices=[]):               # the head's init draws nothing from the run's RNG
+            self.critic = Critic(self.model).to(self.device)
         self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=self.family.critic_learning_rate,
                                                   betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
+
+    def _method_state(self):
+        """The critic's weights (``critic.*``) and its optimizer's state (``critic_optim.*``), for a checkpoint."""
+        from grpo_edu.training.checkpoint import flatten_optimizer
+
+        tensors, meta = flatten_optimizer(self.critic_optimizer, "critic_optim")
+        tensors.update({f"critic.{k}": v for k, v in self.critic.state_dict().items()})
+        return {"critic_optimizer": meta}, tensors
+
+    def _restore_method_state(self, state, tensors, folder):
+        from grpo_edu.training.checkpoint import CheckpointError, unflatten_optimizer
+
+        weights = {k[len("critic."):]: v.to(self.device) for k, v in tensors.items() if k.startswith("critic.")}
+        if not weights or not state or "critic_optimizer" not in state:
+            _checks.fail("resume_from", f"{folder} holds no critic (a PPO checkpoint written before critics were "
+                         "saved)", "start the PPO run again, in another output_dir", error=CheckpointError)
+        self.critic.load_state_dict(weights, strict=True)
+        self.critic_optimizer.load_state_dict(unflatten_optimizer(tensors, state["critic_optimizer"], "critic_optim"))
 
     def step(self):
         c, t0, step = self.config, time.perf_counter(), self.step_count + 1
@@ -240,6 +261,7 @@ class RejectionSamplingTrainer(_FamilyTrainer):
     """
 
     method = "rejection sampling"
+    method_name = "rft"
 
     def run_name(self):
         per_answer = self.family.rft_normaliser == "answer"
@@ -302,6 +324,10 @@ class DPOTrainer(_FamilyTrainer):
     """
 
     method = "DPO"
+
+    @property
+    def method_name(self):
+        return "dpo_offline" if self.offline else "dpo"
 
     def run_name(self):
         return ("offline " if self.offline else "") + super().run_name()

@@ -46,15 +46,55 @@ def target_list(target_modules):
                      "pass module names separated by commas, e.g. 'q_proj,v_proj', or 'all-linear'")
     if target_modules.strip() == ALL_LINEAR:
         return ALL_LINEAR
-    return [name.strip() for name in target_modules.split(",") if name.strip()]
+    names = [name.strip() for name in target_modules.split(",") if name.strip()]
+    if not names:                                       # "," or " , ": peft would say "no target_modules"
+        _checks.fail("lora_target_modules", f"names no module ({target_modules!r} holds only commas and spaces)",
+                     "pass module names separated by commas, e.g. 'q_proj,v_proj', or 'all-linear'")
+    return names
+
+
+ALPHA_RANGE = (1e-3, 1e4)
+"""The ``lora_alpha`` values a run can train with. The adapter's output is scaled by α / r: at α = 1e30 every
+gradient overflows to ∞, clipping then scales each update to 0 and nothing trains; at α = 1e-30 the adapter
+adds nothing the model can feel. peft's examples use α = r to 2·r, with r up to a few hundred."""
+
+
+def check_alpha(alpha):
+    """Refuse an α that is not a positive number, or one so large or small that no update can change the model
+    (:data:`ALPHA_RANGE`). Checked whether or not LoRA is on: a ``lora_alpha`` of NaN is an error either way."""
+    _checks.positive_float("lora_alpha", alpha, fix="pass a positive scale, usually 2 × lora_rank")
+    lowest, highest = ALPHA_RANGE
+    if not lowest <= alpha <= highest:
+        why = ("the adapter's output is scaled by α / r, so every gradient overflows to ∞, clipping scales each "
+               "update to 0, and nothing trains" if alpha > highest else
+               "the adapter's output is scaled by α / r, so what it learns never reaches the model's output")
+        _checks.fail("lora_alpha", f"must be from {lowest:g} to {highest:g}, got {alpha!r}: {why}",
+                     "pass α from 1 to 2 × lora_rank (peft's usual values; 16 is the default)")
 
 
 def check_settings(rank, alpha, target_modules):
     """Refuse settings that cannot apply to any model (rank, alpha, the module list's form)."""
     _checks.positive_int("lora_rank", rank, fix="pass a rank of 1 or more (8 or 16 are usual), or lora_rank=None "
                                                 "for full fine-tuning")
-    _checks.positive_float("lora_alpha", alpha, fix="pass a positive scale, usually 2 × lora_rank")
+    check_alpha(alpha)
     return target_list(target_modules)
+
+
+def check_rank_fits(model, rank, targets):
+    """Refuse a rank larger than a targeted layer's narrower side: A is (r, in) and B is (out, r), so B·A has
+    rank at most min(in, out), and a larger r adds weights (more than the layer's own) but no rank."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    widths = {name.rsplit(".", 1)[-1]: min(module.in_features, module.out_features)
+              for name, module in model.named_modules()
+              if isinstance(module, torch.nn.Linear) and module is not head
+              and (targets == ALL_LINEAR or name.rsplit(".", 1)[-1] in targets)}
+    if widths and rank > min(widths.values()):
+        narrow = min(widths, key=widths.get)
+        _checks.fail("lora_rank", f"is {rank}, larger than the {widths[narrow]} of {narrow} (the narrower side of "
+                     f"the smallest layer it adapts): B·A cannot have a rank above {widths[narrow]}, and the "
+                     "'low-rank' adapter would hold more weights than the layer it adapts",
+                     f"pass a rank of at most {widths[narrow]} (8 or 16 are usual), or leave lora_rank out for "
+                     "full fine-tuning")
 
 
 def linear_names(model):
@@ -82,9 +122,22 @@ def add_lora(model, rank=8, alpha=16.0, target_modules=ALL_LINEAR):
         if missing:
             _checks.fail("lora_target_modules", f"names {', '.join(missing)}, which {type(model).__name__} does not "
                          f"have", f"pick from its Linear layers: {', '.join(have)}; or pass 'all-linear'")
+    check_rank_fits(model, rank, targets)
     with warnings.catch_warnings():                     # peft calls transformers' deprecated names: not ours to fix
         warnings.simplefilter("ignore", FutureWarning)
         return _peft().get_peft_model(model, lora_config(rank, alpha, target_modules))
+
+
+def load_adapter_weights(model, weights):
+    """Put a saved adapter's tensors (peft's ``adapter_model.safetensors``, read as {name: tensor}) into
+    ``model``'s adapter. Returns ``{"missing", "unexpected"}``: the adapter tensors the file lacks, and
+    the file's tensors the model has no place for."""
+    from peft import set_peft_model_state_dict
+
+    expected = {k for k in model.state_dict() if "lora_" in k}
+    result = set_peft_model_state_dict(model, weights)
+    missing = sorted(k for k in getattr(result, "missing_keys", []) if k in expected)
+    return {"missing": missing, "unexpected": sorted(getattr(result, "unexpected_keys", []))}
 
 
 def is_lora(model):

@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from grpo_edu.common import _checks
-from grpo_edu.training.config import BUNDLED_MODEL, BUNDLED_SUMS_MODEL
+from grpo_edu.training.config import BUNDLED_CALC_MODEL, BUNDLED_MODEL, BUNDLED_SUMS_MODEL
 
 ASSETS = (Path(__file__).resolve().parents[1] / "_bundle" / "assets").resolve()
 """The bundled models and data: ``grpo_edu/_bundle/assets``, which in a checkout is a link to the repository's
@@ -156,6 +156,8 @@ def locate_model(name_or_path):
         return str(bundled_model_dir()), {"kind": "bundled"}
     if name_or_path == BUNDLED_SUMS_MODEL:
         return str(sums_model_dir()), {"kind": "bundled"}
+    if name_or_path == BUNDLED_CALC_MODEL:
+        return str(calc_model_dir()), {"kind": "bundled"}
     path = Path(name_or_path).expanduser()
     broken = broken_link(path)
     if broken:

@@ -76,6 +76,26 @@ from grpo_edu.training.tasks import get_task, load_prompts
 from grpo_edu.training.tools import Tool, tool_stats, trained_mask
 
 
+def unchanged_reason(history):
+    """Why no step of ``history`` changed the model, as a phrase; None when some step did (or cannot be told).
+
+    Read from the logged gradient norms (measured before clipping, so only when ``max_grad_norm`` > 0): a norm
+    of ∞ or NaN at every step means clipping scaled every update to 0 (or to NaN), and a norm of 0 at every
+    step means there was no gradient at all (every group's rewards equal, and no KL to pull)."""
+    norms = [row.get("grad_norm") for row in history]
+    if not norms or any(n is None for n in norms):
+        return None
+    if all(n != n or n in (float("inf"), float("-inf")) for n in norms):
+        return (f"the gradient norm was ∞ or NaN at every one of the {len(norms)} steps, so clipping scaled each "
+                "update to 0: the weights ended where they started (a setting that overflows the loss or its "
+                "gradient, e.g. a huge lora_alpha or learning_rate)")
+    if all(n == 0 for n in norms):
+        return (f"the gradient was 0 at every one of the {len(norms)} steps: every group's answers scored the same "
+                "(no advantage) and nothing else pulled, so no update moved the weights (a task the model never or "
+                "always gets right: lesson 03's σ = 0 groups)")
+    return None
+
+
 class GRPOTrainer:
     """Train a causal LM with GRPO. ``train()`` runs the whole schedule; ``step()`` one step.
 
@@ -133,7 +153,9 @@ class GRPOTrainer:
         elif tokenizer is None:
             _checks.fail("tokenizer", "a model was passed without its tokenizer", "pass tokenizer=… too")
         if config.lora_rank is not None:                               # LoRA: only an adapter trains (lora.py)
-            model = lora.add_lora(model, config.lora_rank, config.lora_alpha, config.lora_target_modules)
+            with torch.random.fork_rng(devices=[]):                    # A's random start from the seed alone:
+                torch.manual_seed(config.seed)                         # same seed, same run, in any process
+                model = lora.add_lora(model, config.lora_rank, config.lora_alpha, config.lora_target_modules)
         self.model, self.tokenizer = model.to(self.device), tokenizer
         if config.gradient_checkpointing:                              # recompute activations in backward
             if not getattr(model, "supports_gradient_checkpointing", False):
@@ -590,14 +612,73 @@ class GRPOTrainer:
             _checks.fail("output_dir", "is not set, so there is nowhere to save",
                          "make the trainer with GRPOConfig(output_dir=…)")
         rng = {"sampling": self.generator.get_state(), "torch_cpu": torch.get_rng_state()}
+        method_state, method_tensors = self._method_state()
+        method = {"name": self.method_name, "settings": self.method_settings(),
+                  **({"state": method_state} if method_state else {})}
         with self._writing():
             path, _ = ckpt.save_checkpoint(self.config.output_dir, self.step_count, model=self.model,
                                            tokenizer=self.tokenizer, optimizer=self.optimizer, rng=rng,
                                            config=self.config, run_id=self.run_id,
                                            metrics={"history": self.history, "evals": self.evals},
-                                           replay=self._replay_state())
+                                           replay=self._replay_state(), method=method,
+                                           extra_tensors=method_tensors)
         self._saved = (self.step_count, len(self.evals))
         return path
+
+    # --- the method, as a checkpoint records it (training/family.py's trainers add their own) ----------
+    @property
+    def method_name(self):
+        """The method's name in ``family.METHODS``, stored in each checkpoint: "grpo", or "reinforce" when
+        ``advantage_estimator="reinforce"`` (no baseline)."""
+        return "reinforce" if self.config.advantage_estimator == "reinforce" else "grpo"
+
+    def method_settings(self):
+        """The method's own settings beyond GRPOConfig (JSON), which a resume must match; GRPO has none."""
+        return {}
+
+    def _method_state(self):
+        """(JSON state, {name: tensor}) a method keeps beyond the policy and its optimizer; GRPO keeps none."""
+        return {}, {}
+
+    def _restore_method_state(self, state, tensors, folder):
+        """Put back what :meth:`_method_state` saved; GRPO has nothing to put back."""
+
+    def _check_method(self, state, folder):
+        """Refuse to resume a run that another method trained, or the same method with other settings."""
+        stored = ckpt.method_of(state)
+        if stored != self.method_name:
+            _checks.fail("resume_from", f"{folder} is a run of method {stored!r}, and this run's method is "
+                         f"{self.method_name!r}: resuming would continue it as another algorithm",
+                         f"resume it with its own method (grpo-edu train --method {stored} --resume …, or "
+                         f"make_trainer({stored!r}, …) in Python), or start a new run in another output_dir",
+                         error=ckpt.CheckpointError)
+        saved = state.get("method", {}).get("settings", {}) if isinstance(state.get("method"), dict) else {}
+        mine = self.method_settings()
+        clashes = [(k, saved[k], mine[k]) for k in sorted(saved) if k in mine and saved[k] != mine[k]]
+        if clashes:
+            listed = "; ".join(f"{k}: checkpoint {b!r}, now {a!r}" for k, b, a in clashes)
+            _checks.fail("resume_from", f"{folder} was trained by {stored} with other settings ({listed})",
+                         "resume with the checkpoint's settings, or start a new run in another output_dir")
+
+    def _load_policy(self, folder):
+        """The checkpoint's policy into ``self.model``: its weights, or for a LoRA run its adapter alone."""
+        from safetensors.torch import load_file
+
+        if lora.is_lora(self.model):                       # the base is config.model's; the adapter is the run's
+            adapter = ckpt.adapter_folder(folder)
+            weights = load_file(adapter / ckpt.ADAPTER_FILES[1], device=str(self.device))
+            result = lora.load_adapter_weights(self.model, weights)
+            if result["unexpected"] or result["missing"]:
+                raise ValueError(f"resume_from: {adapter} holds an adapter of another shape or other modules "
+                                 f"(missing {result['missing'][:3]}, unexpected {result['unexpected'][:3]}). "
+                                 "Fix: resume with the run's own --lora-rank and --lora-target-modules.")
+            return
+        weights = load_file(folder / "model.safetensors", device=str(self.device))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or [k for k in missing if "lm_head" not in k]:   # tied lm_head is not stored
+            raise ValueError(f"resume_from: {folder} holds weights of another model "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]}). Fix: resume with the same model.")
+        self.model.tie_weights()
 
     def _replay_state(self):
         if self.replay_buffer is None:
@@ -624,9 +705,8 @@ class GRPOTrainer:
 
         Without an output_dir in the config, the run saves into the folder it resumed.
         """
-        from safetensors.torch import load_file
-
         folder, run_dir, state, optim, rng = ckpt.load_trainer_state(path)
+        self._check_method(state, folder)                # before the config: another method's run is named as such
         try:
             saved = GRPOConfig.from_dict(state["config"])
         except (ValueError, TypeError) as err:          # the file's config, not the caller's, is at fault
@@ -636,7 +716,9 @@ class GRPOTrainer:
         clashes = self.config.incompatible_with(saved)
         if clashes:
             listed = "; ".join(f"{k}: checkpoint {b!r}, now {a!r}" for k, a, b in clashes)
-            raise ValueError(f"resume_from: {folder} was made with an incompatible config ({listed}). "
+            lora_run = (f"{folder} is a LoRA run (lora_rank {saved.lora_rank}): pass its LoRA settings. "
+                        if saved.lora_rank is not None and self.config.lora_rank != saved.lora_rank else "")
+            raise ValueError(f"resume_from: {lora_run}{folder} was made with an incompatible config ({listed}). "
                              f"Fix: resume with the checkpoint's values, or start a new run in another output_dir.")
         old_total = saved.schedule(len(self.train_rows)).total_steps
         if self.config.lr_scheduler_type == "linear" and old_total != self.schedule.total_steps:
@@ -644,13 +726,9 @@ class GRPOTrainer:
                           f"{self.schedule.total_steps}; the linear learning-rate schedule follows the new "
                           "length from here on, so the run will differ from one planned that way from the start",
                           stacklevel=2)
-        weights = load_file(folder / "model.safetensors", device=str(self.device))
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        if unexpected or [k for k in missing if "lm_head" not in k]:   # tied lm_head is not stored
-            raise ValueError(f"resume_from: {folder} holds weights of another model "
-                             f"(missing {missing[:3]}, unexpected {unexpected[:3]}). Fix: resume with the same model.")
-        self.model.tie_weights()
+        self._load_policy(folder)
         self.optimizer.load_state_dict(optim)
+        self._restore_method_state(state.get("method", {}).get("state"), state["tensors"], folder)
         self.generator.set_state(rng["sampling"].to(self.generator.get_state().device))
         torch.set_rng_state(rng["torch_cpu"])
         self.step_count = state["step"]
