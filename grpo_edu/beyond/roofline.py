@@ -45,6 +45,11 @@ from grpo_edu.beyond.step_cost import shape_of
 from grpo_edu.common import _checks
 from grpo_edu.training.passes import layer_weights
 
+SPEC_SHEETS = {"H100 SXM (bf16, dense)": (989e12, 3.35e12)}
+"""A GPU's roofs from its maker's data sheet, (matmul FLOP/s, memory bytes/s): NVIDIA's H100 SXM5 data sheet gives
+989 TFLOP/s of dense bf16 tensor-core arithmetic (1,979 with 2:4 sparsity) and 3.35 TB/s of HBM3 bandwidth.
+Peak numbers, which no real kernel reaches: a roofline drawn with them is the most optimistic one."""
+
 PARTS = ("sampling", "reference", "policy", "optimizer")
 """The parts of a step a roofline is drawn for (``step_cost.PARTS`` less ``other``, which computes no matmul)."""
 

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from grpo_edu.beyond import roofline
 from grpo_edu.beyond.step_cost import PARTS, flops_of_step, memory_parts, teacher_forced_flops, timed_step
 from grpo_edu.training import passes
 from grpo_edu.training.config import GRPOConfig
@@ -55,6 +56,7 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
     in the host's speed falls on all of them alike, and a run's time is its fastest step (other load on the host
     only ever adds time). Returns {key: a dict}: ``seconds`` (the fastest step's seconds per part,
     :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (the fastest step), ``flops`` (mean per part),
+    ``bytes`` (mean per part, ``beyond.roofline.bytes_of_step``), ``trainable`` (weights the optimizer updates),
     ``memory`` (bytes by part, on the last step's rows), ``decoded_rows`` (row-steps the loop computes: every
     row until the batch's longest answer ends, summed over steps) and ``answer_tokens`` (row-steps that are
     real answer tokens, what the engine computes), the mean answer length, ``pass_flops``: one teacher-forced
@@ -70,7 +72,7 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
     for _ in range(warmup):
         for trainer in trainers.values():
             trainer.step()
-    record = {key: {"steps": [], "flops": [], "decoded": 0, "answer": 0, "lengths": [], "shared_steps": 0,
+    record = {key: {"steps": [], "flops": [], "bytes": [], "decoded": 0, "answer": 0, "lengths": [], "shared_steps": 0,
                     "passes": {"shared": [], "unshared": []}} for key in runs}
     for _ in range(steps):
         for key, trainer in trainers.items():
@@ -78,6 +80,7 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
             metrics, seconds, tokens = timed_step(trainer)
             mine["steps"].append(seconds)
             mine["flops"].append(flops_of_step(trainer, tokens))
+            mine["bytes"].append(roofline.bytes_of_step(trainer, tokens))
             for _, completions in tokens["sampled"]:
                 mine["decoded"] += len(completions) * max(completions)
                 mine["answer"] += sum(completions)
@@ -95,12 +98,26 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
         rollout = trainer._sample([row["prompt"] for row in trainer.batch_for(trainer.step_count)])
         results[key] = {"seconds": {p: fastest[p] for p in PARTS}, "step_s": sum(fastest.values()),
                         "flops": {k: statistics.mean(f[k] for f in mine["flops"]) for k in mine["flops"][0]},
+                        "bytes": {k: statistics.mean(b[k] for b in mine["bytes"]) for k in mine["bytes"][0]},
+                        "trainable": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
                         "memory": memory_parts(trainer, rollout), "decoded_rows": mine["decoded"],
                         "answer_tokens": mine["answer"], "completion_length": statistics.mean(mine["lengths"]),
                         "pass_flops": {k: statistics.mean(v) for k, v in mine["passes"].items()},
                         "pass_cost_tokens": passes.pass_cost_tokens(trainer.model),
                         "shared_steps": mine["shared_steps"] / steps}
     return results
+
+
+def roofline_table(cost, *, flops_per_s, bytes_per_s, number=4):
+    """``beyond.roofline.roofline`` of one entry of :func:`step_costs_in_turns`: each part's FLOPs (AdamW's
+    element-wise arithmetic added for the optimizer) and bytes beside its fastest measured time, at a machine's
+    matmul rate and bandwidth. ``number``: bytes per number on that machine (4: fp32, as measured here; 2: bf16,
+    as a GPU trains): the bytes scale by number / 4 and the measured times are left out, since they are this
+    machine's. Returns ``(table, info)``."""
+    flops = {**cost["flops"], "optimizer": roofline.optimizer_flops(cost["trainable"])}
+    nbytes = {part: value * number / 4 for part, value in cost["bytes"].items()}
+    return roofline.roofline(flops, nbytes, flops_per_s=flops_per_s, bytes_per_s=bytes_per_s,
+                             seconds=cost["seconds"] if number == 4 else None)
 
 
 @contextlib.contextmanager
