@@ -25,6 +25,7 @@ checks every import in the source):
     ``tasks``           verifiable tasks (addition, …) and prompt-file loading
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
     ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
+    ``task_setup``      what a task needs to run: its bundled model, its tool, a tokenizer that writes its answers
     ``tokenizer``       the bundled models' character tokenizer
     ``rollout``         sampling G completions per prompt, with per-token log-probs
     ``engine``          the same sampling, faster (the default): a preallocated KV cache, finished rows leave (vLLM's ideas)
@@ -97,6 +98,7 @@ and every command's parsing, which refuses an empty value by name (``command_lin
     ``reading``         replay, diagnose: read what a run left behind
     ``classroom``       lessons, check-answers: the lessons copied out, a class's answers read
     ``flags``           every GRPOConfig field as a flag (help from its docstring), --preset
+    ``method_flags``    train --method: every method of lesson 13, its FamilyConfig settings as flags
     ``__main__``        ``python -m grpo_edu.cli``
 """
 

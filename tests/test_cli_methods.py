@@ -147,18 +147,23 @@ def test_a_checkpoint_written_before_methods_were_recorded_is_read_from_its_metr
 # --- kill, then resume: the uninterrupted run's weights and metrics -------------------------------------------------
 @pytest.mark.parametrize("method", ["ppo", "rft", "dpo", "dpo_offline"])
 def test_each_method_resumes_exactly(tmp_path, method):
-    """An uninterrupted 3-step run against one stopped after step 2 (its checkpoint, then a new trainer resumes)."""
+    """An uninterrupted 3-step run against one stopped after step 2 (its checkpoint, then a new trainer resumes).
+    Each trainer is made from the same global RNG state, as each process of a kill -9 and resume starts
+    (PPO's critic head draws its initial values from it before zeroing them)."""
+    import torch
+
     from grpo_edu.training.family import make_trainer
 
-    def config(folder):
-        return GRPOConfig(batch_size=4, num_generations=4, eval_size=0, total_training_steps=3, checkpoint_every=1,
-                          output_dir=str(tmp_path / folder))
-    whole = make_trainer(method, config("a")).train(progress=False)
-    stopped = make_trainer(method, config("b"))
+    def trainer(folder):
+        torch.manual_seed(0)
+        return make_trainer(method, GRPOConfig(batch_size=4, num_generations=4, eval_size=0, total_training_steps=3,
+                                               checkpoint_every=1, output_dir=str(tmp_path / folder)))
+    whole = trainer("a").train(progress=False)
+    stopped = trainer("b")
     stopped.step(), stopped.step()
     stopped.save_checkpoint()
     del stopped
-    resumed = make_trainer(method, config("b")).train(resume_from=str(tmp_path / "b"), progress=False)
+    resumed = trainer("b").train(resume_from=str(tmp_path / "b"), progress=False)
     strip = lambda history: [{k: v for k, v in row.items() if k != "seconds"} for row in history]   # noqa: E731
     assert strip(resumed) == strip(whole)
     for name in ("model.safetensors", "trainer_state.safetensors"):

@@ -4,6 +4,7 @@
 ``reading``     replay, diagnose: read what a run left behind
 ``classroom``   lessons, check-answers: the lessons copied into a student's folder, a class's answers read
 ``flags``       every GRPOConfig field as a flag, --preset, negative numbers as values
+``method_flags`` train --method and the family's settings (FamilyConfig) as flags
 
 A new subcommand is a function ``add_NAME(sub)`` in the module of its group (or a module's own
 ``main``, listed in ``PASS_THROUGH``), and one line in :func:`build_parser`.

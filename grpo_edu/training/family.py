@@ -114,7 +114,8 @@ def _skipped(trainer, step, why):
 
 
 class _FamilyTrainer(GRPOTrainer):
-    """What the family's trainers share: their settings, a step that logs like GRPO's, and no resume."""
+    """What the family's trainers share: their settings, a step that logs like GRPO's, and what a checkpoint
+    records of the method (its name, its FamilyConfig, PPO's critic)."""
 
     def __init__(self, config=None, *, family=None, **kwargs):
         self.family = family if family is not None else FamilyConfig()
@@ -149,9 +150,41 @@ class _FamilyTrainer(GRPOTrainer):
         self._updates_done += 1
         return norm
 
+    # --- what a checkpoint records of the method (GRPOTrainer.save_checkpoint / load_checkpoint) -------------
+    @property
+    def method_name(self):
+        """The method's name in :data:`METHODS`, as a checkpoint records it."""
+        if isinstance(self, PPOTrainer):
+            return "ppo"
+        if isinstance(self, RejectionSamplingTrainer):
+            return "rft"
+        return "dpo_offline" if getattr(self, "offline", False) else "dpo"
+
     def method_settings(self):
         """The FamilyConfig this run trains with: a resume must match it."""
         return dataclasses.asdict(self.family)
+
+    def _method_state(self):
+        """PPO's critic: its weights (``critic.*``) and its optimizer's state (``critic_optim.*``); others: none."""
+        from grpo_edu.training.checkpoint import flatten_optimizer
+
+        if getattr(self, "critic", None) is None:
+            return {}, {}
+        tensors, meta = flatten_optimizer(self.critic_optimizer, "critic_optim")
+        tensors.update({f"critic.{k}": v for k, v in self.critic.state_dict().items()})
+        return {"critic_optimizer": meta}, tensors
+
+    def _restore_method_state(self, state, tensors, folder):
+        from grpo_edu.training.checkpoint import CheckpointError, unflatten_optimizer
+
+        if getattr(self, "critic", None) is None:
+            return
+        weights = {k[len("critic."):]: v.to(self.device) for k, v in tensors.items() if k.startswith("critic.")}
+        if not weights or not state or "critic_optimizer" not in state:
+            _checks.fail("resume_from", f"{folder} holds no critic (a PPO checkpoint written before critics were "
+                         "saved)", "start the PPO run again, in another output_dir", error=CheckpointError)
+        self.critic.load_state_dict(weights, strict=True)
+        self.critic_optimizer.load_state_dict(unflatten_optimizer(tensors, state["critic_optimizer"], "critic_optim"))
 
 
 class PPOTrainer(_FamilyTrainer):
@@ -172,32 +205,12 @@ class PPOTrainer(_FamilyTrainer):
     """
 
     method = "PPO"
-    method_name = "ppo"
 
     def __init__(self, config=None, *, family=None, **kwargs):
         super().__init__(config, family=family, **kwargs)
-        with torch.random.fork_rng(devices=[]):               # the head's init draws nothing from the run's RNG
-            self.critic = Critic(self.model).to(self.device)
+        self.critic = Critic(self.model).to(self.device)
         self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=self.family.critic_learning_rate,
                                                   betas=(0.9, 0.99), weight_decay=0.0, foreach=True)
-
-    def _method_state(self):
-        """The critic's weights (``critic.*``) and its optimizer's state (``critic_optim.*``), for a checkpoint."""
-        from grpo_edu.training.checkpoint import flatten_optimizer
-
-        tensors, meta = flatten_optimizer(self.critic_optimizer, "critic_optim")
-        tensors.update({f"critic.{k}": v for k, v in self.critic.state_dict().items()})
-        return {"critic_optimizer": meta}, tensors
-
-    def _restore_method_state(self, state, tensors, folder):
-        from grpo_edu.training.checkpoint import CheckpointError, unflatten_optimizer
-
-        weights = {k[len("critic."):]: v.to(self.device) for k, v in tensors.items() if k.startswith("critic.")}
-        if not weights or not state or "critic_optimizer" not in state:
-            _checks.fail("resume_from", f"{folder} holds no critic (a PPO checkpoint written before critics were "
-                         "saved)", "start the PPO run again, in another output_dir", error=CheckpointError)
-        self.critic.load_state_dict(weights, strict=True)
-        self.critic_optimizer.load_state_dict(unflatten_optimizer(tensors, state["critic_optimizer"], "critic_optim"))
 
     def step(self):
         c, t0, step = self.config, time.perf_counter(), self.step_count + 1
@@ -261,7 +274,6 @@ class RejectionSamplingTrainer(_FamilyTrainer):
     """
 
     method = "rejection sampling"
-    method_name = "rft"
 
     def run_name(self):
         per_answer = self.family.rft_normaliser == "answer"
@@ -324,10 +336,6 @@ class DPOTrainer(_FamilyTrainer):
     """
 
     method = "DPO"
-
-    @property
-    def method_name(self):
-        return "dpo_offline" if self.offline else "dpo"
 
     def run_name(self):
         return ("offline " if self.offline else "") + super().run_name()
