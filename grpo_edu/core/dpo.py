@@ -102,3 +102,15 @@ def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
                 "reward_margin": float((chosen_rewards - rejected_rewards).mean()),
                 "reward_accuracy": float((chosen_rewards > rejected_rewards).float().mean())}
     return loss, info
+
+
+def dpo_log(seq, chosen_rewards, rejected_rewards):
+    """TRL's DPO log of one batch of P pairs, from their (P, 2) summed log-probs under π_θ before the update and
+    :func:`dpo_loss`'s implicit rewards β·(log π_θ − log π_ref), (P,) each: ``rewards/chosen``, ``rewards/rejected``
+    (the means), ``rewards/margins``, ``rewards/accuracies``, and ``logps/chosen``, ``logps/rejected`` (mean log π_θ).
+    A chosen reward below 0 means the policy now gives its chosen answers *less* probability than π_ref did:
+    "likelihood displacement" (Razin et al. 2024), which the margin alone hides."""
+    return {"rewards/chosen": float(chosen_rewards.mean()), "rewards/rejected": float(rejected_rewards.mean()),
+            "rewards/margins": float((chosen_rewards - rejected_rewards).mean()),
+            "rewards/accuracies": float((chosen_rewards > rejected_rewards).float().mean()),
+            "logps/chosen": float(seq[:, 0].mean()), "logps/rejected": float(seq[:, 1].mean())}

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.core.dpo import dpo_loss, preference_pairs, sequence_logprobs
+from grpo_edu.core.dpo import dpo_log, dpo_loss, preference_pairs, sequence_logprobs
 from grpo_edu.core.gae import explained_variance, gae_advantages, value_loss
 from grpo_edu.core.rejection_sampling import NORMALISERS, select_correct, sft_loss
 from grpo_edu.core.schedule import learning_rate_at
@@ -415,23 +415,10 @@ class DPOTrainer(_FamilyTrainer):
                 seqs.append(seq.detach())
                 chosen.append(info["chosen_rewards"])
                 rejected.append(info["rejected_rewards"])
-            stats.update(self._dpo_diagnostics(torch.cat(seqs), {"chosen_rewards": torch.cat(chosen),
-                                                                 "rejected_rewards": torch.cat(rejected)}))
+            stats.update(dpo_log(torch.cat(seqs), torch.cat(chosen), torch.cat(rejected)))
             stats["grad_norm"] = self._clip_and_step(self.optimizer, self.model.parameters())
         return stats
 
-    @staticmethod
-    def _dpo_diagnostics(seq, info):
-        """TRL's DPO log, from the pairs' (P, 2) summed log-probs under π_θ before the update and ``dpo_loss``'s
-        info: ``rewards/chosen`` and ``rewards/rejected`` (the mean implicit rewards β·(log π_θ − log π_ref)),
-        ``rewards/margins``, ``rewards/accuracies``, and ``logps/chosen``, ``logps/rejected`` (mean log π_θ).
-        A chosen reward below 0 means the policy now gives its chosen answers *less* probability than π_ref
-        did: "likelihood displacement" (Razin et al. 2024), which the margin alone hides."""
-        chosen, rejected = info["chosen_rewards"], info["rejected_rewards"]             # (P,) each
-        return {"rewards/chosen": float(chosen.mean()), "rewards/rejected": float(rejected.mean()),
-                "rewards/margins": float((chosen - rejected).mean()),
-                "rewards/accuracies": float((chosen > rejected).float().mean()),
-                "logps/chosen": float(seq[:, 0].mean()), "logps/rejected": float(seq[:, 1].mean())}
 
 
 METHODS = {
