@@ -142,6 +142,7 @@ def test_export_uses_the_model_named_and_says_which_flags_it_cannot_carry(capsys
     ["variants", "--steps", "1", "--json", "/proc/grpo_edu_probe.json"],
     ["diagnose", str(STATE), "--plot", "/proc/grpo_edu_probe.png"],
     ["check-answers", str(ASSETS.parent / "lessons" / "01_batch_step_epoch.ipynb"), "--csv", "/proc/grpo_edu.csv"],
+    ["train", "--total-training-steps", "1", "--metrics-out", "/proc/grpo_edu_probe.jsonl"],
 ])
 def test_a_result_file_no_one_can_write_is_refused_before_the_work(argv, capsys):
     """/proc takes no new file, yet root passes os.access there (a container, Colab): the check tries the folder,

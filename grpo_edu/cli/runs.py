@@ -75,6 +75,8 @@ def check_metrics_out(path, *, replace=False, inputs=()):
     """Refuse a ``--metrics-out`` that cannot be written, or that would silently replace another
     run's metrics (an existing file is replaced only with ``--resume`` or ``--overwrite``), or a file
     the run reads or keeps itself (``inputs``: {field: path}, e.g. the dataset or the replay buffer)."""
+    from grpo_edu.common import _checks
+
     path = Path(path)
     for field, other in dict(inputs).items():
         if other is not None and os.path.abspath(other) == os.path.abspath(path):
@@ -86,7 +88,8 @@ def check_metrics_out(path, *, replace=False, inputs=()):
     if not folder.is_dir():
         _fail("--metrics-out", f"the folder of {path} does not exist", f"create it first (mkdir -p {path.parent}), "
               "or write the metrics elsewhere")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if (not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK))
+            or not _checks.can_create_file_in(folder)):            # tried: root passes every os.access
         _fail("--metrics-out", f"{path} cannot be written", "pass a file in a folder you can write to")
     if path.exists() and not replace:
         _fail("--metrics-out", f"{path} already holds metrics (another run's?)",
