@@ -131,15 +131,21 @@ def test_the_policy_takes_the_token_advantages(random_model, char_tokenizer, mon
 
 
 # --- rejection sampling ---------------------------------------------------------------------------------------
-def test_rejection_sampling_imitates_only_the_right_answers(random_model, char_tokenizer):
-    reward = lambda prompts, completions, **kw: [float(i % 3 == 0) for i in range(len(completions))]   # noqa: E731
-    t = _trainer(RejectionSamplingTrainer, random_model, char_tokenizer, reward=reward)
+def _kept_batch(t):
+    """One batch of ``t``'s with the right answers kept: (rollout, rewards, keep (N,), log-probs (N, T) under the
+    policy, the completion mask (N, T), the kept answers' mask (N, T))."""
     _, rollout, rewards = _batch(t)
     keep = (rewards.reshape(-1) >= 1.0)
     T, mask = rollout.completion_ids.shape[1], rollout.completion_mask
     with torch.no_grad():
         logprobs, _ = completion_logprobs(t.model, rollout.input_ids, rollout.attention_mask, T)
-    kept = mask * keep.unsqueeze(1)
+    return rollout, rewards, keep, logprobs, mask, mask * keep.unsqueeze(1)
+
+
+def test_rejection_sampling_imitates_only_the_right_answers(random_model, char_tokenizer):
+    reward = lambda prompts, completions, **kw: [float(i % 3 == 0) for i in range(len(completions))]   # noqa: E731
+    t = _trainer(RejectionSamplingTrainer, random_model, char_tokenizer, reward=reward)
+    rollout, rewards, keep, logprobs, mask, kept = _kept_batch(t)
     by_hand = -float((logprobs * kept).sum() / kept.sum())                                 # NLL of the kept tokens
     stats = t._sft_update(rollout, keep)
     assert stats["loss"] == pytest.approx(by_hand, rel=1e-5)
@@ -159,12 +165,7 @@ def test_the_per_answer_mean_adds_up_over_micro_batches(random_model, char_token
     reward = lambda prompts, completions, **kw: [float(i % 3 == 0) for i in range(len(completions))]   # noqa: E731
     t = _trainer(RejectionSamplingTrainer, random_model, char_tokenizer, reward=reward,
                  family=FamilyConfig(rft_normaliser="answer"), micro_batch_size=2)
-    _, rollout, rewards = _batch(t)
-    keep = (rewards.reshape(-1) >= 1.0)
-    T, mask = rollout.completion_ids.shape[1], rollout.completion_mask
-    with torch.no_grad():
-        logprobs, _ = completion_logprobs(t.model, rollout.input_ids, rollout.attention_mask, T)
-    kept = mask * keep.unsqueeze(1)
+    rollout, rewards, keep, logprobs, mask, kept = _kept_batch(t)
     by_hand = -float(((logprobs * kept).sum(1) / mask.sum(1)).sum() / len(keep))        # eq. 8
     assert t._sft_update(rollout, keep)["loss"] == pytest.approx(by_hand, rel=1e-5)
 

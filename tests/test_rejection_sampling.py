@@ -51,14 +51,20 @@ def test_no_right_answer_is_a_flagged_skip_never_a_crash():
     assert torch.equal(logprobs.grad, torch.zeros(6, 4))
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 10_000))
-def test_it_is_reinforce_with_a_zero_one_advantage_over_the_kept_tokens(B, G, seed):
+def _random_batch(B, G, seed, T=5):
+    """0/1 rewards (B, G), float64 log-probs (N, T) that take a gradient, and a mask (N, T) of random lengths ≥ 1."""
     g = torch.Generator().manual_seed(seed)
-    N, T = B * G, 5
+    N = B * G
     rewards = torch.randint(0, 2, (B, G), generator=g).double()
     logprobs = torch.randn(N, T, generator=g, dtype=torch.float64).requires_grad_(True)
     mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (N, 1), generator=g)).double()
+    return rewards, logprobs, mask
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 10_000))
+def test_it_is_reinforce_with_a_zero_one_advantage_over_the_kept_tokens(B, G, seed):
+    rewards, logprobs, mask = _random_batch(B, G, seed)
     keep, info = select_correct(rewards)
     ours, _ = sft_loss(logprobs, mask, keep)
     # REINFORCE with Â_i = 1 if kept else 0, each token weighed by 1 / (kept tokens): bnpo over the kept mask
@@ -88,11 +94,7 @@ def test_the_per_answer_mean_by_hand():
 def test_deepseekmaths_rft_is_reinforce_with_the_per_answer_mean_and_no_kl(B, G, seed):
     """Eq. 8's RFT and the course's ``reinforce`` (Â = R, loss_type "grpo") have one loss and one gradient
     on-policy (r = 1), without REINFORCE's KL term: what lesson 13's control rests on."""
-    g = torch.Generator().manual_seed(seed)
-    N, T = B * G, 5
-    rewards = torch.randint(0, 2, (B, G), generator=g).double()
-    logprobs = torch.randn(N, T, generator=g, dtype=torch.float64).requires_grad_(True)
-    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (N, 1), generator=g)).double()
+    rewards, logprobs, mask = _random_batch(B, G, seed)
     keep, _ = select_correct(rewards)
     ours, _ = sft_loss(logprobs, mask, keep, normaliser="answer")
     theirs, _ = grpo_loss(logprobs, logprobs.detach(), rewards.reshape(-1), mask, loss_type="grpo")
