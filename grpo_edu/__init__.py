@@ -35,6 +35,7 @@ checks every import in the source):
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
     ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
     ``trainer``         GRPOTrainer: the loop of the algorithm box
+    ``run_state``       a run's checkpoints: save, and resume exactly (GRPOTrainer's methods, kept apart)
     ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
     ``family``          GRPO's family as trainers: PPO with a critic, REINFORCE, rejection sampling, DPO
     ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
@@ -53,6 +54,7 @@ checks every import in the source):
     ``word_problems``   chat-template prompts and final-number/format rewards (the GPU section)
     ``memory``          GPU memory of a GRPO run by part: weights, optimizer, reference model, KV cache
     ``bench``           ``grpo-edu bench``: a step's time against the bare floor and TRL
+    ``bench_samplers``  ``grpo-edu bench --sampler``: the loop against the engine, tokens per second and a step
     ``step_cost``       a step's FLOPs, the time of each part, the memory of each part (lesson 14, the bench)
     ``roofline``        each part's bytes beside its FLOPs, and which of the two limits binds (the bench)
     ``gpu_run``         the GPU run that needs no network: build, GRPO, TRL (tiny on a CPU)

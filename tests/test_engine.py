@@ -301,11 +301,11 @@ def test_the_engine_is_the_default_sampler_of_training_and_evaluation(monkeypatc
 
 def test_bench_sampler_prints_both_samplers_and_the_step(capsys, monkeypatch):
     """``grpo-edu bench --sampler`` wiring, made small: tiny batches, and the step's children answered in-process."""
-    from grpo_edu.beyond import bench
+    from grpo_edu.beyond import bench, bench_samplers
 
-    monkeypatch.setattr(bench, "SAMPLER_WORKLOADS", {
-        "sums": dict(bench.SAMPLER_WORKLOADS["sums"], batch_size=2, num_generations=2, max_new_tokens=6),
-        "adder": dict(bench.SAMPLER_WORKLOADS["adder"], batch_size=2, num_generations=2)})
+    monkeypatch.setattr(bench_samplers, "SAMPLER_WORKLOADS", {
+        "sums": dict(bench_samplers.SAMPLER_WORKLOADS["sums"], batch_size=2, num_generations=2, max_new_tokens=6),
+        "adder": dict(bench_samplers.SAMPLER_WORKLOADS["adder"], batch_size=2, num_generations=2)})
     steps = []
     monkeypatch.setattr(bench, "_run_child", lambda name, s, w, **kw: steps.append((name, kw)) or {
         "median_step_s": {"step_loop": 0.2, "step_engine": 0.1}[name]})

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+from grpo_edu.beyond.bench_samplers import ratio_line as _ratio_line, sampler_main
+
 SETTINGS = dict(batch_size=4, num_generations=8, max_completion_length=8, beta=0.04, num_iterations=1,
                 learning_rate=1e-9, loss_type="grpo", temperature=1.0, seed=0)
 """One step of every contender; the tiny learning rate keeps the work per step constant (see above)."""
@@ -399,58 +401,7 @@ def child_trl(t0, steps, warmup):
     return _report("trl", t0, times[warmup:], marks["tokens"], marks["first_end"], parts)
 
 
-# --- samplers (grpo-edu bench --sampler) -------------------------------------------------------
-SAMPLER_WORKLOADS = {
-    "sums": {"model": "bundled-sums", "task": "sums", "batch_size": 8, "num_generations": 4, "max_new_tokens": 42},
-    "adder": {"model": "bundled", "task": "addition", "batch_size": 16, "num_generations": 8, "max_new_tokens": 4},
-}
-"""What one sampling batch is: lesson 11's model at 8 prompts × G = 4 (32 rows, ≤ 42 new tokens, the issue's
-measurement), and the adder at the course's default 16 × 8 (128 rows, ≤ 4 new tokens)."""
-
-SAMPLERS = ("loop", "engine")
-
-
-def time_samplers(model, tokenizer, batches, *, num_generations, max_new_tokens, rounds, seed=0):
-    """Sampling throughput of the loop (``rollout.generate``) and the engine (``engine.generate``) on
-    ``batches`` (lists of prompts): ``rounds`` rounds, interleaved (who goes first alternates), each sampler
-    drawing the same batches at temperature 1, after one untimed batch each. Returns {sampler: [tokens per
-    second, one per round]}, counting completion tokens up to and including ``<eos>`` (reading the count
-    waits for the device, so GPU timings are honest too)."""
-    import torch
-
-    from grpo_edu.training import engine, rollout
-
-    samplers = {"loop": rollout.generate, "engine": engine.generate}
-    device = next(model.parameters()).device
-
-    def draw(name, batch, generator):
-        out = samplers[name](model, tokenizer, batch, num_generations=num_generations,
-                             max_new_tokens=max_new_tokens, generator=generator)
-        return int(out.completion_mask.sum())
-
-    for name in SAMPLERS:                                          # warm up (first calls allocate)
-        draw(name, batches[0], torch.Generator(device).manual_seed(seed))
-    results = {name: [] for name in SAMPLERS}
-    for r in range(rounds):
-        for name in (SAMPLERS if r % 2 == 0 else SAMPLERS[::-1]):
-            generator = torch.Generator(device).manual_seed(seed + r)
-            start = time.perf_counter()
-            tokens = sum(draw(name, batch, generator) for batch in batches)
-            results[name].append(tokens / (time.perf_counter() - start))
-    return results
-
-
-def sampler_tokens_per_s(workload, batches, rounds, seed=0):
-    """:func:`time_samplers` on a :data:`SAMPLER_WORKLOADS` entry, over ``batches`` batches of its training prompts."""
-    from grpo_edu.training.models import load_model_and_tokenizer
-    from grpo_edu.training.tasks import get_task
-
-    w = SAMPLER_WORKLOADS[workload]
-    model, tokenizer = load_model_and_tokenizer(w["model"])
-    rows, B = get_task(w["task"]).split("train"), w["batch_size"]
-    prompts = [[r["prompt"] for r in rows[i * B:(i + 1) * B]] for i in range(batches)]
-    return time_samplers(model.eval(), tokenizer, prompts, num_generations=w["num_generations"],
-                         max_new_tokens=w["max_new_tokens"], rounds=rounds, seed=seed)
+# --- samplers (grpo-edu bench --sampler: grpo_edu/beyond/bench_samplers.py; the step children stay here) ---
 
 
 def _sampler_step(t0, steps, warmup, sampler):
@@ -469,42 +420,6 @@ def child_step_loop(t0, steps, warmup):
 
 def child_step_engine(t0, steps, warmup):
     return _sampler_step(t0, steps, warmup, "engine")
-
-
-def _spread(values, unit=""):
-    values = sorted(values)
-    return f"median {statistics.median(values):,.0f}{unit}, range {values[0]:,.0f}–{values[-1]:,.0f}{unit}"
-
-
-def sampler_main(args):
-    """``grpo-edu bench --sampler``: tokens per second of both samplers on one thread, then the sums preset's
-    whole training step with each."""
-    import torch
-
-    torch.set_num_threads(1)
-    print(f"sampling on one thread, {args.rounds} interleaved rounds of {args.steps} batches per sampler "
-          "(the CPU may be shared: read the range, not one round)")
-    for workload, w in SAMPLER_WORKLOADS.items():
-        results = sampler_tokens_per_s(workload, args.steps, args.rounds)
-        rows = w["batch_size"] * w["num_generations"]
-        print(f"{workload} ({w['model']}, {w['batch_size']} prompts × G={w['num_generations']} = {rows} rows, "
-              f"≤ {w['max_new_tokens']} new tokens)")
-        for name in SAMPLERS:
-            print(f"  {name:7} {_spread(results[name], ' tokens/s')}")
-        ratios = [e / l for e, l in zip(results["engine"], results["loop"])]
-        print("  " + _ratio_line("engine / loop", ratios, "tokens per second, round by round"), flush=True)
-    print(f"\ntraining step of the sums preset (16 prompts × G=8, ≤ 42 new tokens, lr 1e-9: constant work), "
-          f"one thread, {args.steps} timed steps after {args.warmup} warm-up, {args.rounds} interleaved rounds")
-    rounds = []
-    for r in range(args.rounds):
-        order = ("step_loop", "step_engine") if r % 2 == 0 else ("step_engine", "step_loop")
-        rounds.append({n: _run_child(n, args.steps, args.warmup, threads=1, workload="sums") for n in order})
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{n[5:]} {rounds[-1][n]['median_step_s'] * 1000:.0f} ms/step" for n in ("step_loop", "step_engine")),
-            flush=True)
-    print(_ratio_line("step, engine / loop", [rnd["step_engine"]["median_step_s"] / rnd["step_loop"]["median_step_s"]
-                                              for rnd in rounds], "seconds per step"))
-    return 0
 
 
 CHILDREN = {"grpo_edu": child_grpo_edu, "floor": child_floor, "trl": child_trl,
@@ -603,12 +518,6 @@ def print_roofline(rounds):
     print(roofline.format_roofline(table, info))
 
 
-def _ratio_line(label, values, goal):
-    values = sorted(values)
-    return (f"{label:28} median {statistics.median(values):.2f}×, range {values[0]:.2f}–{values[-1]:.2f}× "
-            f"over {len(values)} rounds ({goal})")
-
-
 def trl_problem():
     """Why TRL cannot take part, in words (None when ``import trl`` works). A TRL that is installed but fails to
     import (a TRL built for another transformers raises AttributeError or TypeError, not ImportError) is named
@@ -680,7 +589,7 @@ def main(argv=None):
     if args.replay:
         return replay_main(args)
     if args.sampler:
-        return sampler_main(args)
+        return sampler_main(args, _run_child)
     if args.step_ms:
         print(f"{step_ms(args.rounds, args.steps, args.warmup):.1f}")
         return 0

@@ -117,14 +117,14 @@ def run_grpo_edu(model_dir, device, size):
 
 
 def run_samplers(model_dir, device, size):
-    """Sampling tokens per second of the loop and the engine on ``model_dir`` (``bench.time_samplers``), at the
+    """Sampling tokens per second of the loop and the engine on ``model_dir`` (``bench_samplers.time_samplers``), at the
     training batch (batch_size × G rows, ≤ the preset's new tokens), bf16 autocast on CUDA as the trainer samples.
     Returns (results, rows, max_new_tokens); results maps each sampler to its tokens per second, one per round."""
     import contextlib
 
     import torch
 
-    from grpo_edu.beyond.bench import time_samplers
+    from grpo_edu.beyond.bench_samplers import time_samplers
     from grpo_edu.training.config import PRESETS
     from grpo_edu.training.models import load_model_and_tokenizer
     from grpo_edu.training.tasks import get_task
