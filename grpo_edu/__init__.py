@@ -20,30 +20,35 @@ checks every import in the source):
     ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
     ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
 
-``training/`` — the training loop and what it needs (lessons 05–08)
-    ``config``          GRPOConfig: every knob of a run, checked up front
-    ``tasks``           verifiable tasks (addition, …) and prompt-file loading
-    ``sums``            the long-answer task: sums written with or without working (lesson 11)
-    ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
-    ``task_setup``      what a task needs to run: its bundled model, its tool, a tokenizer that writes its answers
+``training/`` — the training loop and what it needs (lessons 05–08), in five rooms (``from grpo_edu.training import trainer``)
+  ``model/`` — the model
+    ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
+    ``make_model``      building the bundled tiny models
+    ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
+    ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
+  ``rollouts/`` — sampling answers and reading their log-probs
     ``rollout``         sampling G completions per prompt, with per-token log-probs
     ``engine``          the same sampling, faster (the default): a preallocated KV cache, finished rows leave (vLLM's ideas)
     ``passes``          the reference and policy passes over each answer's own length (no padding computed)
     ``tools``           a tool's call syntax, the calculator (a parser), containment, the tool mask in the loss
     ``multi_turn``      multi-turn rollouts: stop at a call, run the tool, append its reply as ids, resume (lesson 15)
+  ``task/`` — what a model is asked and how its answers are scored
+    ``tasks``           verifiable tasks (addition, …) and prompt-file loading
+    ``sums``            the long-answer task: sums written with or without working (lesson 11)
+    ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
+    ``task_setup``      what a task needs to run: its bundled model, its tool, a tokenizer that writes its answers
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
-    ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
+    ``evaluation``      held-out accuracy of a model
+  ``trainers/`` — the trainers
+    ``config``          GRPOConfig: every knob of a run, checked up front
     ``trainer``         GRPOTrainer: the loop of the algorithm box
     ``run_state``       a run's checkpoints: save, and resume exactly (GRPOTrainer's methods, kept apart)
-    ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
     ``family``          GRPO's family as trainers: PPO with a critic, REINFORCE, rejection sampling, DPO
-    ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
-    ``evaluation``      held-out accuracy of a model
+    ``replay``          the replay buffer (错题本): admission, eviction, mixing, JSONL/SQLite storage
+  ``runs/`` — a run on disk
     ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
     ``run_folder``      one run per output folder: a lock, and no mixing with another run
-    ``models``          loading the bundled model, a local folder, a run's folder or a hub name
-    ``make_model``      building the bundled tiny models
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names
@@ -89,7 +94,7 @@ checks every import in the source):
     ``browser``         JupyterLab + headless Chromium for the browser tests and ``screenshots``
     ``screenshots``     the README's pictures
 
-``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), progress bars
+``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), a layer's rooms (``rooms``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer
 may show: tables, notes, the course's colours (``display``), one-writer lock files (``locks``),
 files a user names handled safely: shown escaped, read only if regular and bounded, written whole (``safe_files``),
@@ -117,16 +122,16 @@ _EXPORTS = {
                      "dead_group_probability"], "core.advantages"),
     **dict.fromkeys(["kl_estimate"], "core.kl"),
     **dict.fromkeys(["grpo_loss"], "core.losses"),
-    **dict.fromkeys(["GRPOConfig"], "training.config"),
-    **dict.fromkeys(["get_task", "load_prompts"], "training.tasks"),
-    **dict.fromkeys(["generate", "completion_logprobs"], "training.rollout"),
+    **dict.fromkeys(["GRPOConfig"], "training.trainers.config"),
+    **dict.fromkeys(["get_task", "load_prompts"], "training.task.tasks"),
+    **dict.fromkeys(["generate", "completion_logprobs"], "training.rollouts.rollout"),
     **dict.fromkeys(["compute_rewards", "correctness", "format_reward", "brevity_reward", "digit_credit", "term_count_reward",
-                     "combine"], "training.rewards"),
-    **dict.fromkeys(["ReplayBuffer", "ReplaySample", "replay_count"], "training.replay"),
-    **dict.fromkeys(["GRPOTrainer"], "training.trainer"),
-    **dict.fromkeys(["evaluate"], "training.evaluation"),
-    **dict.fromkeys(["ASSETS", "load_model_and_tokenizer", "two_task_model_dir"], "training.models"),
-    **dict.fromkeys(["build_tiny_model"], "training.make_model"),
+                     "combine"], "training.task.rewards"),
+    **dict.fromkeys(["ReplayBuffer", "ReplaySample", "replay_count"], "training.trainers.replay"),
+    **dict.fromkeys(["GRPOTrainer"], "training.trainers.trainer"),
+    **dict.fromkeys(["evaluate"], "training.task.evaluation"),
+    **dict.fromkeys(["ASSETS", "load_model_and_tokenizer", "two_task_model_dir"], "training.model.models"),
+    **dict.fromkeys(["build_tiny_model"], "training.model.make_model"),
     **dict.fromkeys(["load_run"], "beyond.run_log"),
     **dict.fromkeys(["diagnose", "coverage", "format_findings", "plot_evidence"], "beyond.diagnose"),
     **dict.fromkeys(["to_trl", "to_verl", "format_export", "verl_command"], "beyond.export"),

@@ -11,7 +11,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 @pytest.fixture(scope="session")
 def char_tokenizer():
-    from grpo_edu.training.tokenizer import build_char_tokenizer
+    from grpo_edu.training.model.tokenizer import build_char_tokenizer
 
     return build_char_tokenizer()
 

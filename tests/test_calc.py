@@ -3,8 +3,8 @@ left out of the warm-up loss, and its scoring with the calculator in the loop.""
 
 import pytest
 
-from grpo_edu.training.calc import calls_in
-from grpo_edu.training.tasks import get_task
+from grpo_edu.training.task.calc import calls_in
+from grpo_edu.training.task.tasks import get_task
 
 TASK = get_task("calc")
 
@@ -37,8 +37,8 @@ def test_a_demonstration_with_a_call_masks_exactly_the_calculators_reply():
 
 
 def test_the_warm_up_labels_leave_the_reply_out():
-    from grpo_edu.training.make_model import _demonstrations, encode_for_warmup, task_chars
-    from grpo_edu.training.tokenizer import build_char_tokenizer
+    from grpo_edu.training.model.make_model import _demonstrations, encode_for_warmup, task_chars
+    from grpo_edu.training.model.tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer(task_chars([TASK]))
     rows = _demonstrations(TASK, 0.5, seed=0)[:64]
@@ -55,11 +55,11 @@ def test_the_trainer_samples_and_scores_calc_with_the_calculator(random_model):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.make_model import task_chars
-    from grpo_edu.training.tokenizer import build_char_tokenizer
-    from grpo_edu.training.tools import Tool
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.model.make_model import task_chars
+    from grpo_edu.training.model.tokenizer import build_char_tokenizer
+    from grpo_edu.training.rollouts.tools import Tool
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     tok = build_char_tokenizer(task_chars([TASK]))
     torch.manual_seed(0)

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from grpo_edu.training import checkpoint as ckpt, run_folder
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.runs import checkpoint as ckpt, run_folder
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 FAST = dict(batch_size=4, num_generations=4, eval_size=0, max_completion_length=4, learning_rate=1e-2)
 

@@ -9,7 +9,7 @@ import pytest
 
 from grpo_edu import cli
 from grpo_edu.cli import main
-from grpo_edu.training.config import CHOICES, GRPOConfig
+from grpo_edu.training.trainers.config import CHOICES, GRPOConfig
 
 TINY = ["--total-training-steps", "2", "--batch-size", "4", "--eval-size", "5", "--no-progress"]
 
@@ -70,7 +70,7 @@ def test_a_failed_resume_leaves_the_metrics_file_alone(tmp_path, capsys):
 
 
 def test_accuracy_before_training_is_printed_as_soon_as_it_is_measured(monkeypatch, capsys):
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     def no_steps(self):
         raise ValueError("stopped before the first step")
@@ -294,7 +294,7 @@ def test_a_replay_path_inside_a_new_output_dir_simply_works(tmp_path):
     (["replay", "b.sqlite", "--show", "-1"], "--show: is -1. Fix: give how many"),
 ])
 def test_grpo_edu_replay_refuses_a_folder_and_a_negative_count(tmp_path, capsys, argv, message):
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
 
     with ReplayBuffer(10, path=tmp_path / "b.sqlite", top_fraction=1.0) as buf:
         buf.add([ReplaySample("1+1=", "2", 1.0, 1.0)], round=1)
@@ -306,7 +306,7 @@ def test_grpo_edu_replay_into_a_closed_pipe_ends_quietly(tmp_path):
     import subprocess
     import sys
 
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
 
     with ReplayBuffer(5000, path=tmp_path / "b.jsonl", top_fraction=1.0) as buf:
         buf.add([ReplaySample(f"{i}+1=", str(i + 1), 1.0, 1.0) for i in range(5000)], round=1)

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from grpo_edu.cli import main
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainers.config import GRPOConfig
 
 TINY = ["--batch-size", "4", "--num-generations", "4", "--eval-size", "0", "--no-progress"]
 
@@ -51,7 +51,8 @@ def test_an_unknown_flag_after_train_is_named_by_trains_own_parser(capsys):
     (["--method", "dpo", "--threshold", "nan"], "--threshold: sets rft's threshold"),
 ])
 def test_bad_method_and_lora_settings_are_refused_before_any_model_loads(argv, message, capsys, monkeypatch):
-    from grpo_edu.training import family, models
+    from grpo_edu.training.trainers import family
+    from grpo_edu.training.model import models
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the flags were checked")
@@ -70,7 +71,7 @@ def test_lora_settings_without_a_rank_are_stated():
 
 
 def test_a_rank_wider_than_the_layers_is_refused(random_model):
-    from grpo_edu.training import lora
+    from grpo_edu.training.model import lora
 
     with pytest.raises(ValueError, match=r"^lora_rank: is 40, larger than the 32 of .*Fix: pass a rank of at most 32"):
         lora.add_lora(random_model, 40, 16.0)
@@ -79,7 +80,7 @@ def test_a_rank_wider_than_the_layers_is_refused(random_model):
 
 # --- a run that trained nothing says so ------------------------------------------------------------------------
 def test_unchanged_reason_reads_the_gradient_norms():
-    from grpo_edu.training.trainer import unchanged_reason
+    from grpo_edu.training.trainers.trainer import unchanged_reason
 
     assert "∞ or NaN at every one of the 2 steps" in unchanged_reason([{"grad_norm": float("inf")},
                                                                        {"grad_norm": float("nan")}])
@@ -119,8 +120,8 @@ def test_train_reaches_ppo_and_its_checkpoint_records_the_method(capsys):
 
 
 def test_a_dpo_run_resumed_as_grpo_is_refused_as_dpo_before_any_beta_mismatch(tmp_path):
-    from grpo_edu.training.family import make_trainer
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.family import make_trainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     config = GRPOConfig(batch_size=4, num_generations=4, eval_size=0, total_training_steps=1,
                         output_dir=str(tmp_path / "dpo_run"))
@@ -133,7 +134,7 @@ def test_a_dpo_run_resumed_as_grpo_is_refused_as_dpo_before_any_beta_mismatch(tm
 
 
 def test_a_checkpoint_written_before_methods_were_recorded_is_read_from_its_metrics(tmp_path):
-    from grpo_edu.training.checkpoint import method_of
+    from grpo_edu.training.runs.checkpoint import method_of
 
     def state(**row):
         return {"config": {}, "metrics": {"history": [dict(step=1, **row)]}}
@@ -152,7 +153,7 @@ def test_each_method_resumes_exactly(tmp_path, method):
     (PPO's critic head draws its initial values from it before zeroing them)."""
     import torch
 
-    from grpo_edu.training.family import make_trainer
+    from grpo_edu.training.trainers.family import make_trainer
 
     def trainer(folder):
         torch.manual_seed(0)

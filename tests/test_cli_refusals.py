@@ -11,7 +11,7 @@ import pytest
 
 from grpo_edu.cli import main
 from grpo_edu.common import command_line
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.model.models import ASSETS
 
 STATE = ASSETS / "trl-runs" / "healthy" / "trainer_state.json"      # a real TRL log diagnose reads
 

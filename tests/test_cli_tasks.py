@@ -17,7 +17,8 @@ def in_tmp(tmp_path, monkeypatch):
 
 @pytest.fixture
 def no_loading(monkeypatch):
-    from grpo_edu.training import family, models
+    from grpo_edu.training.trainers import family
+    from grpo_edu.training.model import models
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the flags were checked")
@@ -51,10 +52,10 @@ def test_a_model_that_cannot_write_the_task_is_refused_naming_model_before_any_w
 
 
 def test_train_on_calc_has_the_calculator_in_the_loop_and_eval_scores_with_it(capsys):
-    from grpo_edu.training.models import calc_model_dir, load_model_and_tokenizer
-    from grpo_edu.training.multi_turn import evaluate_with_tools
-    from grpo_edu.training.tasks import get_task
-    from grpo_edu.training.tools import Tool
+    from grpo_edu.training.model.models import calc_model_dir, load_model_and_tokenizer
+    from grpo_edu.training.rollouts.multi_turn import evaluate_with_tools
+    from grpo_edu.training.task.tasks import get_task
+    from grpo_edu.training.rollouts.tools import Tool
 
     assert main(["train", "--task", "calc", "--total-training-steps", "2", "--batch-size", "4",
                  "--num-generations", "4", "--eval-size", "8", "--no-progress", "--output-dir", "run",

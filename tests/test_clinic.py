@@ -28,7 +28,7 @@ def test_gated_brevity_gives_a_group_the_advantages_of_correctness_alone():
     # lesson 09b §5: every right answer to a prompt is the same string, so the gate pays c · 1[right] with one c per
     # prompt, and dividing by σ removes c: the cure trains as the correctness-only run does, up to the 1e-4 in σ + eps
     from grpo_edu.core.advantages import group_advantages
-    from grpo_edu.training.rewards import correctness
+    from grpo_edu.training.task.rewards import correctness
 
     prompts, answer = ["12+34="] * 8, ["46"] * 8
     completions = ["46", "45", "46", "", "4", "46", "146", "6"]

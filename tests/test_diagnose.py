@@ -9,7 +9,7 @@ import pytest
 from grpo_edu.beyond.diagnose import coverage, diagnose, format_findings, plot_evidence
 from grpo_edu.beyond.run_log import MIN_STEPS, TRL_NAMES, load_run
 from grpo_edu.beyond.symptoms import RULES, Finding
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainers.config import GRPOConfig
 
 
 # --- synthetic histories -------------------------------------------------------------------
@@ -359,7 +359,7 @@ def test_histories_without_what_the_rules_need_are_refused():
 
 # --- real runs on the bundled model ----------------------------------------------------------
 def real_run(**config):
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     funcs = config.pop("reward_funcs", None)
     trainer = GRPOTrainer(GRPOConfig(eval_size=0, **config), reward_funcs=funcs)
@@ -394,7 +394,7 @@ def test_subtraction_on_the_addition_model_is_never_paid():
 
 # --- the bundled TRL runs (assets/trl-runs, made by python -m grpo_edu.beyond.trl_example) ---------------
 def test_the_bundled_trl_runs_read_as_trl_logs_and_get_the_right_diagnosis():
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     runs = ASSETS / "trl-runs"
     for name in ("healthy", "lr-too-high"):

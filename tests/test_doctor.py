@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from grpo_edu.course.classroom import doctor
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.model.models import ASSETS
 
 
 def test_an_old_python_is_refused_with_the_fix():

@@ -102,7 +102,7 @@ def test_trls_dpo_loss_and_gradient_equal_ours_on_the_same_batch(random_model, c
     trl = pytest.importorskip("trl", reason="TRL is an optional extra: pip install -e '.[trl]'")
     import datasets
 
-    from grpo_edu.training.rollout import completion_logprobs
+    from grpo_edu.training.rollouts.rollout import completion_logprobs
 
     random_model.save_pretrained(tmp_path / "model")
     char_tokenizer.save_pretrained(tmp_path / "model")

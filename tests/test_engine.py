@@ -1,4 +1,4 @@
-"""The engine (grpo_edu/training/engine.py) against the loop and a teacher-forced forward.
+"""The engine (grpo_edu/training/rollouts/engine.py) against the loop and a teacher-forced forward.
 
 Each check can fail: the log-probs are compared with one ``transformers`` forward over prompt +
 completion (the trainer's own ``completion_logprobs``) to 1e-5, greedy answers with
@@ -10,14 +10,14 @@ is shown on a sampler that is slightly off.
 import pytest
 import torch
 
-from grpo_edu.training import engine, rollout
-from grpo_edu.training.models import load_model_and_tokenizer
+from grpo_edu.training.rollouts import engine, rollout
+from grpo_edu.training.model.models import load_model_and_tokenizer
 
 ADDER_PROMPTS = ["12+34=", "7+5=", "99+1=", "3+40=", "56+78=", "0+0=", "8+91=", "45+45="]
 
 
 def _sums_prompts():
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.task.tasks import get_task
 
     return [row["prompt"] for row in get_task("sums").split("heldout")[:8]]
 
@@ -142,7 +142,7 @@ def test_the_cache_buffers_are_kept_between_calls_and_a_large_cache_is_not(sums,
     """A training step's cache is made once and reused by the next call that fits in it (no more rows, no
     more slots); a call with longer prompts gets a larger pair; one over ``KEPT_BUFFER_BYTES`` is made for its
     call and leaves the kept pair alone. Answers drawn in a reused pair still equal a teacher-forced forward."""
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.task.tasks import get_task
 
     model, tokenizer = sums
     prompts = sorted({row["prompt"] for row in get_task("sums").split("heldout")}, key=len)
@@ -270,9 +270,11 @@ def test_bf16_autocast_samples_close_to_float32(adder):
 def test_the_engine_is_the_default_sampler_of_training_and_evaluation(monkeypatch):
     """The trainer's steps and its held-out evaluation sample with the engine unless the config says "loop";
     then both use the loop, so a run is scored by the sampler it trained with."""
-    from grpo_edu.training import evaluation, rollout as rollout_module, trainer as trainer_module
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.task import evaluation
+    from grpo_edu.training.rollouts import rollout as rollout_module
+    from grpo_edu.training.trainers import trainer as trainer_module
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     with pytest.raises(ValueError, match=r"^sampler: "):
         GRPOConfig(sampler="vllm")
@@ -458,9 +460,9 @@ def test_eval_refuses_max_new_tokens_past_the_context_by_its_flag(capsys):
 
 def test_generate_with_tools_refuses_a_budget_past_the_context():
     """T44: 200 tokens of transcript on the calc model's 48 positions were sampled silently."""
-    from grpo_edu.training.models import calc_model_dir
-    from grpo_edu.training.multi_turn import generate_with_tools
-    from grpo_edu.training.tools import Tool
+    from grpo_edu.training.model.models import calc_model_dir
+    from grpo_edu.training.rollouts.multi_turn import generate_with_tools
+    from grpo_edu.training.rollouts.tools import Tool
 
     model, tokenizer = load_model_and_tokenizer(calc_model_dir())
     with pytest.raises(ValueError, match=r"^max_new_tokens: is 200, but the model has 48 positions"):
@@ -470,8 +472,8 @@ def test_generate_with_tools_refuses_a_budget_past_the_context():
 def test_gradient_checkpointings_input_hook_keeps_the_fast_path():
     """Gradient checkpointing hooks the embeddings (transformers' enable_input_require_grads: requires_grad_ on
     their output, no value changed); a run with it on must still sample on the fast path, LoRA or not."""
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     for lora_rank in (None, 4):
         trainer = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0,

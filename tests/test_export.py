@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from grpo_edu.beyond.export import format_export, to_trl, to_verl, verl_command
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainers.config import GRPOConfig
 
 CONFIGS = [GRPOConfig(), GRPOConfig(batch_size=4, num_generations=16, micro_batch_size=8, num_iterations=2),
            GRPOConfig(loss_type="dr_grpo", scale="none", beta=0.0, epsilon_high=0.28, lr_scheduler_type="constant"),
@@ -212,7 +212,7 @@ def test_trls_loss_with_the_exported_settings_equals_grpo_loss(loss_type, entrop
     theirs = trainer._compute_loss(model, inputs)
     entropy = None
     if entropy_coef:                                         # our entropy, with its gradient, from our own pass
-        from grpo_edu.training.rollout import completion_logprobs
+        from grpo_edu.training.rollouts.rollout import completion_logprobs
 
         _, entropy = completion_logprobs(model, torch.cat([prompt_ids, completion_ids], 1),
                                          torch.cat([torch.ones(8, 4, dtype=torch.long), completion_mask], 1), 5,

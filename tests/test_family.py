@@ -1,4 +1,4 @@
-"""The family's trainers (``grpo_edu.training.family``): each piece of the wiring pinned to an independent
+"""The family's trainers (``grpo_edu.training.trainers.family``): each piece of the wiring pinned to an independent
 computation, bad input refused naming the field, and a short real run per method that must learn.
 
 The math (GAE, the value loss, the DPO loss, the kept answers) has its own tests, against verl's and TRL's
@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from grpo_edu.core.gae import gae_advantages
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.critic import Critic, hidden_size_of
-from grpo_edu.training.family import (METHODS, DPOTrainer, FamilyConfig, PPOTrainer, RejectionSamplingTrainer,
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.model.critic import Critic, hidden_size_of
+from grpo_edu.training.trainers.family import (METHODS, DPOTrainer, FamilyConfig, PPOTrainer, RejectionSamplingTrainer,
                                       make_trainer)
-from grpo_edu.training.rollout import completion_logprobs
-from grpo_edu.training.tasks import get_task
+from grpo_edu.training.rollouts.rollout import completion_logprobs
+from grpo_edu.training.task.tasks import get_task
 
 ROWS = get_task("addition").split("train", n=16)   # "12+34=": all prompts 6 characters, so no left padding
 
@@ -189,7 +189,7 @@ def test_several_updates_per_batch_let_both_clips_act_and_the_critic_is_scored(r
 def test_dpo_logs_trls_diagnostics(random_model, char_tokenizer, monkeypatch):
     """rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies and logps/* as TRL's DPOTrainer logs
     them, from the same numbers as the loss."""
-    import grpo_edu.training.family as family_module
+    import grpo_edu.training.trainers.family as family_module
 
     t = _trainer(DPOTrainer, random_model, char_tokenizer)
     seen = []
@@ -237,7 +237,7 @@ def test_dpo_starts_at_log_two_because_the_policy_is_its_reference(random_model,
 
 def test_offline_dpo_samples_from_the_reference_and_online_from_the_policy(random_model, char_tokenizer,
                                                                            monkeypatch):
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     real = trainer_module.generate
     for offline in (False, True):
@@ -422,7 +422,7 @@ def test_dpo_with_micro_batches_takes_the_whole_batchs_step_with_smaller_forward
     step equal those of the whole batch in one pass (the pair mean split by each micro-batch's share)."""
     import copy
 
-    import grpo_edu.training.family as family
+    import grpo_edu.training.trainers.family as family
 
     rows_seen, forward = [], family.completion_logprobs
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from grpo_edu.course.experiments import family
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.family import PPOTrainer
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.family import PPOTrainer
 
 
 def test_the_sums_budget_is_the_sums_preset_with_the_comparisons_own_fields():

@@ -8,12 +8,12 @@ import torch
 
 from grpo_edu.course.aids import viz, widgets
 from grpo_edu.course.experiments.forgetting import probe, run_phase
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
-from grpo_edu.training.replay import ReplayBuffer, ReplaySample, eviction_order, replay_composition, replay_count
-from grpo_edu.training.rollout import generate
-from grpo_edu.training.tasks import get_task
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.model.models import load_model_and_tokenizer, two_task_model_dir
+from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample, eviction_order, replay_composition, replay_count
+from grpo_edu.training.rollouts.rollout import generate
+from grpo_edu.training.task.tasks import get_task
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 ADD, SUB = get_task("addition"), get_task("subtraction")
 
@@ -54,7 +54,7 @@ def test_run_phase_probes_at_the_start_every_k_steps_and_at_the_end(random_model
 def test_the_two_task_model_half_knows_both_tasks_as_its_record_says():
     model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
     record = json.loads((two_task_model_dir() / "grpo_edu_model.json").read_text())
-    assert record["command"] == ("python -m grpo_edu.training.make_model --out assets/tiny-two-tasks --task addition,subtraction "
+    assert record["command"] == ("python -m grpo_edu.training.model.make_model --out assets/tiny-two-tasks --task addition,subtraction "
                                  "--check-every 500 --max-steps 2000 --stop-at 0.999")
     assert record["in_band"] and set(record["per_task"]) == {"addition", "subtraction"}
     for task in (ADD, SUB):
@@ -65,7 +65,7 @@ def test_the_two_task_model_half_knows_both_tasks_as_its_record_says():
 
 
 def test_make_model_mixes_the_train_rows_of_several_tasks(tmp_path, monkeypatch):
-    from grpo_edu.training import make_model
+    from grpo_edu.training.model import make_model
 
     seen = []
     real = make_model.encode_for_warmup
@@ -172,7 +172,7 @@ def test_the_experiment_command_prints_a_row_per_seed_and_ratio(monkeypatch, cap
 
 def test_a_frozen_notebook_admits_nothing_in_phase_b(tmp_path, monkeypatch, random_model, char_tokenizer):
     from grpo_edu.course.experiments import forgetting
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
 
     monkeypatch.setattr(forgetting, "PHASE_B_STEPS", 2)
     notebook = tmp_path / "a.sqlite"
@@ -191,7 +191,7 @@ def test_a_frozen_notebook_admits_nothing_in_phase_b(tmp_path, monkeypatch, rand
 
 def _offering_step(step):
     """The real step, after which a right subtraction answer with Â > 0 is offered as the trainer would."""
-    from grpo_edu.training.replay import ReplaySample
+    from grpo_edu.training.trainers.replay import ReplaySample
 
     def wrapped(self):
         metrics = step(self)
@@ -218,7 +218,7 @@ def test_a_phase_stopped_midway_lets_go_of_its_buffer_file(tmp_path, monkeypatch
 
 
 def test_run_phase_records_whose_answers_the_notebook_holds(random_model, char_tokenizer):
-    from grpo_edu.training.replay import ReplaySample
+    from grpo_edu.training.trainers.replay import ReplaySample
 
     t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=2, eval_size=0,
                                replay_ratio=0.3), model=random_model, tokenizer=char_tokenizer)

@@ -17,7 +17,7 @@ def test_the_gpu_run_runs_the_whole_path_on_the_cpu_at_the_tiny_size(tmp_path, c
     assert re.search(r"2\. grpo_edu GRPO \(3 steps, 4 prompts × G=4, lr 0\.0003, sampler engine\): held-out accuracy [\d.]+ → "
                      r"[\d.]+; \d+ s; [\d,]+ completion tokens/s; peak GPU memory n/a \(CPU\)", out)
     assert re.search(r"sampling 16 rows, ≤ 42 new tokens, median tokens/s over 1 round\(s\): loop [\d,]+, engine "
-                     r"[\d,]+ \(the engine: grpo_edu.training.engine, the trainer.s default", out)
+                     r"[\d,]+ \(the engine: grpo_edu.training.rollouts.engine, the trainer.s default", out)
     assert "3. TRL comparison skipped (--no-trl)" in out
     assert (tmp_path / "model" / "model.safetensors").stat().st_size > 0
 
@@ -25,9 +25,9 @@ def test_the_gpu_run_runs_the_whole_path_on_the_cpu_at_the_tiny_size(tmp_path, c
 def test_the_gpu_size_has_tens_of_millions_of_parameters_and_fits_the_task():
     from transformers import LlamaForCausalLM
 
-    from grpo_edu.training.make_model import task_chars, tiny_llama_config
-    from grpo_edu.training.tasks import get_task
-    from grpo_edu.training.tokenizer import build_char_tokenizer
+    from grpo_edu.training.model.make_model import task_chars, tiny_llama_config
+    from grpo_edu.training.task.tasks import get_task
+    from grpo_edu.training.model.tokenizer import build_char_tokenizer
 
     build = gpu_run.SIZES["gpu"]["build"]
     tokenizer = build_char_tokenizer(task_chars([get_task("sums")]))
@@ -52,7 +52,7 @@ class _NoWork(Exception):
 @pytest.fixture
 def no_build(monkeypatch):
     """The build that starts every run, replaced by one that only records that it was reached."""
-    from grpo_edu.training import make_model
+    from grpo_edu.training.model import make_model
 
     reached = []
 
@@ -80,7 +80,7 @@ def test_a_folder_that_holds_a_model_is_refused_before_any_work_unless_overwrite
 
 
 def test_the_bundled_models_are_never_replaced_even_with_overwrite(capsys, no_build):
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     for extra in ([], ["--overwrite"]):
         with pytest.raises(SystemExit):

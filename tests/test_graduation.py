@@ -10,7 +10,7 @@ the two duplicated 12 s of the suite's 12-minute budget.)
 import pytest
 
 from grpo_edu.beyond.graduation import launch_command, run_trl_processes
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainers.config import GRPOConfig
 
 
 def test_launch_commands_for_data_parallel_and_zero():
@@ -30,7 +30,7 @@ def test_trl_trains_the_configs_model(monkeypatch):
     (held-out accuracy 0 → 0) while grpo_edu trained the model it had built."""
     import trl
 
-    from grpo_edu.training.models import sums_model_dir
+    from grpo_edu.training.model.models import sums_model_dir
 
     handed = []
 

@@ -1,8 +1,8 @@
 """The package's layers, read from the source: no module imports a layer above its own, nothing
 imports in a circle, and the package docstring's map lists every module where it lives.
 
-Layers, bottom to top: common → core → training → beyond → course → cli (course/ and cli/ hold subpackages, the
-course's rooms, and modules; a room is part of its layer). A module may import its
+Layers, bottom to top: common → core → training → beyond → course → cli (training/, course/ and cli/ hold subpackages,
+the rooms, and modules; a room is part of its layer). A module may import its
 own layer and those below (a function-level import counts as much as one at the top: it runs too).
 """
 
@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 import grpo_edu
-from grpo_edu.course import ROOM_OF
+from grpo_edu import course, training
+
+ROOM_OF = {"course": course.ROOM_OF, "training": training.ROOM_OF}
+"""{layer sorted into rooms: {module: its room}}."""
 
 PACKAGE = Path(grpo_edu.__file__).parent
 LAYERS = ("common", "core", "training", "beyond", "course", "cli")
@@ -41,10 +44,12 @@ def _layer(module):
 
 
 def in_its_room(name):
-    """'course.viz' (a path from before the rooms, which still imports) → 'course.aids.viz'."""
+    """'course.viz' or 'training.trainer' (paths from before the rooms, which still import) → 'course.aids.viz',
+    'training.trainers.trainer'."""
     layer, _, rest = name.partition(".")
     head = rest.split(".")[0]
-    return f"course.{ROOM_OF[head]}.{rest}" if layer == "course" and head in ROOM_OF else name
+    rooms = ROOM_OF.get(layer, {})
+    return f"{layer}.{rooms[head]}.{rest}" if head in rooms else name
 
 
 def imported_modules(path):
@@ -95,12 +100,12 @@ def test_no_module_imports_a_layer_above_its_own():
 def test_the_check_sees_an_upward_import(tmp_path):
     """The check itself: a core module that imports the course's figures is reported."""
     bad = tmp_path / "advantages.py"
-    bad.write_text("def f():\n    from grpo_edu.course import viz\n    from grpo_edu.training.config import GRPOConfig\n")
+    bad.write_text("def f():\n    from grpo_edu.course import viz\n    from grpo_edu.training.trainers.config import GRPOConfig\n")
     assert upward_imports({"core.advantages": bad}) == [("core.advantages", "course.aids.viz"),
-                                                         ("core.advantages", "training.config")]
+                                                         ("core.advantages", "training.trainers.config")]
     fine = tmp_path / "trainer.py"
     fine.write_text("from grpo_edu.core.losses import grpo_loss\nfrom grpo_edu.common import progress\n")
-    assert upward_imports({"training.trainer": fine}) == []
+    assert upward_imports({"training.trainers.trainer": fine}) == []
 
 
 def test_library_modules_name_the_module_they_import_from():
@@ -187,19 +192,21 @@ def test_each_lesson_opens_with_the_files_it_builds_on(lesson):
     assert not missing, f"{lesson.name}'s opening does not say where these live: {missing}"
 
 
-def test_the_paths_from_before_the_rooms_still_import():
-    """course/ sorted into rooms: a lesson's `from grpo_edu.course import viz`, an old dotted path and
-    `python -m grpo_edu.course.claims` reach the room's module itself, never a second copy of it."""
+@pytest.mark.parametrize("layer", sorted(ROOM_OF))
+def test_the_paths_from_before_the_rooms_still_import(layer):
+    """course/ and training/ sorted into rooms: a lesson's `from grpo_edu.course import viz`, an old dotted path
+    (`grpo_edu.training.trainer`) and `python -m grpo_edu.course.claims` reach the room's module itself, never a
+    second copy of it."""
     import importlib
     import subprocess
     import sys
 
-    from grpo_edu.course import ROOM_OF, clinic
-
-    for name, room in ROOM_OF.items():
-        real = importlib.import_module(f"grpo_edu.course.{room}.{name}")
-        assert importlib.import_module(f"grpo_edu.course.{name}") is real, name
-        assert real.__spec__.name == real.__name__ == f"grpo_edu.course.{room}.{name}"
-    assert clinic is importlib.import_module("grpo_edu.course.experiments.clinic")
-    run = subprocess.run([sys.executable, "-m", "grpo_edu.course.claims", "--help"], capture_output=True, text=True)
-    assert run.returncode == 0 and "--seeds" in run.stdout, run.stderr
+    package = importlib.import_module(f"grpo_edu.{layer}")
+    for name, room in ROOM_OF[layer].items():
+        real = importlib.import_module(f"grpo_edu.{layer}.{room}.{name}")
+        assert importlib.import_module(f"grpo_edu.{layer}.{name}") is real, name
+        assert getattr(package, name) is real, name
+        assert real.__spec__.name == real.__name__ == f"grpo_edu.{layer}.{room}.{name}"
+    old = {"course": "grpo_edu.course.claims", "training": "grpo_edu.training.make_model"}[layer]
+    run = subprocess.run([sys.executable, "-m", old, "--help"], capture_output=True, text=True)
+    assert run.returncode == 0 and "--seed" in run.stdout, run.stderr

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_edu.core.losses import grpo_loss, token_push
-from grpo_edu.training.evaluation import pass_at_k, pass_at_k_curve
-from grpo_edu.training.rewards import compute_rewards, soft_overlong_punishment
-from grpo_edu.training.sums import format_reward
+from grpo_edu.training.task.evaluation import pass_at_k, pass_at_k_curve
+from grpo_edu.training.task.rewards import compute_rewards, soft_overlong_punishment
+from grpo_edu.training.task.sums import format_reward
 
 # two completions of one group: a short right one (2 tokens) and a long wrong one (4 tokens)
 MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
@@ -122,7 +122,7 @@ def test_the_format_reward_pays_for_the_format_not_the_answer():
 
 def _captured_losses(monkeypatch):
     """Record what the trainer hands grpo_loss (mask, entropy, coefficient, token count)."""
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     calls = []
 
@@ -136,7 +136,7 @@ def _captured_losses(monkeypatch):
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
 def test_masking_cut_answers_takes_them_out_of_the_loss_only(monkeypatch, random_model, char_tokenizer, loss_type):
     from grpo_edu import GRPOConfig, GRPOTrainer
-    from grpo_edu.training.rollout import finished
+    from grpo_edu.training.rollouts.rollout import finished
 
     calls = _captured_losses(monkeypatch)
     seen = []

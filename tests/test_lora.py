@@ -1,4 +1,4 @@
-"""LoRA through peft (grpo_edu/training/lora.py): bad settings refused up front, the reference is the adapter
+"""LoRA through peft (grpo_edu/training/model/lora.py): bad settings refused up front, the reference is the adapter
 switched off (no copy), only the adapter trains, the engine samples the adapted model, and TRL computes the
 same loss on the same adapter."""
 
@@ -9,8 +9,8 @@ peft = pytest.importorskip("peft", reason="LoRA needs peft: pip install -e '.[lo
 
 from grpo_edu.beyond.export import format_export, to_trl, to_verl  # noqa: E402
 from grpo_edu.training import lora  # noqa: E402
-from grpo_edu.training.config import GRPOConfig  # noqa: E402
-from grpo_edu.training.rollout import completion_logprobs  # noqa: E402
+from grpo_edu.training.trainers.config import GRPOConfig  # noqa: E402
+from grpo_edu.training.rollouts.rollout import completion_logprobs  # noqa: E402
 
 SMALL = dict(batch_size=2, num_generations=4, max_completion_length=4, total_training_steps=2, eval_size=0,
              sampler="engine")
@@ -35,7 +35,7 @@ def test_settings_that_cannot_apply_are_refused_when_the_config_is_made(fields, 
 
 
 def test_a_target_module_the_model_lacks_is_refused_before_any_step():
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     with pytest.raises(ValueError, match=r"lora_target_modules: names c_attn, which LlamaForCausalLM does not have.*"
                                          r"Fix: pick from its Linear layers: down_proj, gate_proj, .*q_proj"):
@@ -43,8 +43,8 @@ def test_a_target_module_the_model_lacks_is_refused_before_any_step():
 
 
 def test_the_reference_is_the_policy_with_its_adapter_off():
-    from grpo_edu.training.models import load_model_and_tokenizer
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(GRPOConfig(**SMALL, lora_rank=4, learning_rate=1e-2))
     assert isinstance(trainer.ref_model, lora.AdapterOff) and list(trainer.ref_model.parameters()) == []
@@ -75,8 +75,8 @@ def test_the_engine_samples_the_merged_adapter_on_its_fast_path(targets):
     the adapter before vLLM samples. The log-probs equal a teacher-forced forward of the peft model (the adapter
     beside W) to 1e-5, the model's weights are bit-equal afterwards (the merge is a copy), and the base alone
     would give other log-probs (the adapter does act)."""
-    from grpo_edu.training import engine
-    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.rollouts import engine
+    from grpo_edu.training.model.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("bundled")
     model = lora.add_lora(model, rank=4, target_modules=targets)
@@ -112,8 +112,8 @@ def test_the_engine_samples_the_merged_adapter_on_its_fast_path(targets):
 def test_a_lora_variant_the_merge_cannot_stand_for_takes_the_transformers_path():
     """DoRA rescales W + ΔW by a learned magnitude: merged_linear's sum is not its forward, so the engine falls
     back (and its log-probs still equal the peft model's)."""
-    from grpo_edu.training import engine
-    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.rollouts import engine
+    from grpo_edu.training.model.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("bundled")
     config = lora.lora_config(4, 8.0, "q_proj,v_proj")
@@ -136,8 +136,8 @@ def test_sampling_a_lora_model_raises_no_deprecation_warning(sampler):
     which sends the engine to the transformers forward too)."""
     import warnings
 
-    from grpo_edu.training import engine, rollout
-    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.rollouts import engine, rollout
+    from grpo_edu.training.model.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer("bundled")
     model = lora.add_lora(model, rank=4).eval()
@@ -220,7 +220,7 @@ def test_trls_loss_on_the_same_adapter_equals_ours(random_model, char_tokenizer,
 
 def test_a_lora_steps_memory_has_no_reference_copy_and_moments_for_the_adapter_only():
     from grpo_edu.beyond.step_cost import memory_parts
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(GRPOConfig(**SMALL, lora_rank=4))
     trainer.step()
@@ -232,7 +232,7 @@ def test_a_lora_steps_memory_has_no_reference_copy_and_moments_for_the_adapter_o
 
 # --- a LoRA run's folder: scored, resumed exactly, exported (faults-4 L13, L13b, L14, L16) ------------------------
 def _lora_run(tmp_path, folder, steps, stop_after=None):
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     config = GRPOConfig(**{**SMALL, "total_training_steps": steps}, lora_rank=4, checkpoint_every=1,
                         output_dir=str(tmp_path / folder))
@@ -246,7 +246,7 @@ def _lora_run(tmp_path, folder, steps, stop_after=None):
 
 
 def test_a_lora_checkpoint_holds_the_merged_model_and_the_adapter(tmp_path):
-    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.model.models import load_model_and_tokenizer
 
     trainer, _ = _lora_run(tmp_path, "run", 2)
     folder = tmp_path / "run" / "checkpoint-000002"
@@ -263,7 +263,7 @@ def test_a_lora_checkpoint_holds_the_merged_model_and_the_adapter(tmp_path):
 def test_a_lora_run_resumed_after_a_stop_equals_the_uninterrupted_run(tmp_path):
     import hashlib
 
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     _, whole = _lora_run(tmp_path, "a", 3)
     _lora_run(tmp_path, "b", 3, stop_after=2)

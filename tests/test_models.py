@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from grpo_edu.training import models
-from grpo_edu.training.models import load_model_and_tokenizer, locate_model
+from grpo_edu.training.model import models
+from grpo_edu.training.model.models import load_model_and_tokenizer, locate_model
 
 ASSET = models.ASSETS / "tiny-adder"
 

@@ -89,7 +89,7 @@ def test_exercise_solutions_match_hand_computed_answers(ex_id):
 
 def test_default_run_exercises_follow_the_config():
     from grpo_edu.course.aids.exercise_bank import EXERCISES
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     c = GRPOConfig()
     assert EXERCISES["08.1"].solution() == c.batch_size * c.num_generations          # TRL counts completions

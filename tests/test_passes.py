@@ -1,4 +1,4 @@
-"""Padding-free training passes (``grpo_edu.training.passes``) against one padded pass.
+"""Padding-free training passes (``grpo_edu.training.rollouts.passes``) against one padded pass.
 
 The trainer's reference and policy passes compute each answer over its own length. Whatever the
 grouping does, the loss and every parameter gradient must be those of today's padded pass
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
-from grpo_edu.training import engine, passes
-from grpo_edu.training.config import CHOICES
-from grpo_edu.training.rollout import completion_logprobs, concat_rollouts, rollout_from_text
+from grpo_edu.training.rollouts import engine, passes
+from grpo_edu.training.trainers.config import CHOICES
+from grpo_edu.training.rollouts.rollout import completion_logprobs, concat_rollouts, rollout_from_text
 
 PROMPTS = ["1+2=", "12+34=", "123+456=", "9+87="]          # 4 to 8 characters: left padding
 
@@ -166,8 +166,8 @@ def test_length_groups_cut_only_where_the_padding_saved_pays_for_a_pass():
 
 
 def test_the_trainer_takes_both_passes_through_the_padding_free_function(monkeypatch):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     calls = []
     real = passes.rollout_logprobs
@@ -198,7 +198,7 @@ def test_a_pass_costs_more_of_a_narrower_models_tokens():
     (D = 128, I = 512: 262,144 weights a layer), 4 times as many on the adder (D = 64, I = 256: 65,536)."""
     from transformers import LlamaConfig
 
-    from grpo_edu.training.models import bundled_model_dir, load_model_and_tokenizer, sums_model_dir
+    from grpo_edu.training.model.models import bundled_model_dir, load_model_and_tokenizer, sums_model_dir
 
     grouped = LlamaConfig(hidden_size=64, num_attention_heads=8, num_key_value_heads=2, intermediate_size=128)
     assert passes.layer_weights(grouped) == 64 * (8 + 2 * 2) * 8 + 8 * 8 * 64 + 3 * 64 * 128 == 34_816

@@ -13,7 +13,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from grpo_edu.training.replay import FORMAT, ReplayBuffer, ReplaySample
+from grpo_edu.training.trainers.replay import FORMAT, ReplayBuffer, ReplaySample
 
 
 def S(question, advantage, reward=1.0, answer="42"):
@@ -210,7 +210,7 @@ def test_reopening_in_a_new_process_gives_the_same_contents(tmp_path, name):
     with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
         buf.add([S("12+34=", 1.5, answer="46"), S("问题", 0.7, reward=0.5, answer="答")], round=3)
         here = buf.entries()
-    code = (f"from grpo_edu.training.replay import ReplayBuffer\n"
+    code = (f"from grpo_edu.training.trainers.replay import ReplayBuffer\n"
             f"b = ReplayBuffer(10, path={str(path)!r})\n"
             f"print([(s.question, s.answer, s.advantage, s.reward, r) for s, r in b.entries()])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -266,7 +266,7 @@ def test_sigkill_while_adding_keeps_every_returned_add(tmp_path):
     log = tmp_path / "returned.txt"
     code = textwrap.dedent(f"""
         import sys
-        from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+        from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
         buf = ReplayBuffer(100000, path={str(path)!r}, top_fraction=1.0)
         with open({str(log)!r}, "w") as log:
             for r in range(100000):
@@ -323,7 +323,7 @@ def test_a_buffer_file_has_one_writer_and_a_second_is_refused_naming_it(tmp_path
 
 def test_a_writer_in_another_process_is_named_and_its_lock_is_taken_over_once_it_dies(tmp_path, live_writer):
     path = tmp_path / "b.sqlite"
-    code = f"from grpo_edu.training.replay import ReplayBuffer\nbuf = ReplayBuffer(10, path={str(path)!r})"
+    code = f"from grpo_edu.training.trainers.replay import ReplayBuffer\nbuf = ReplayBuffer(10, path={str(path)!r})"
     with live_writer(code) as pid:
         with pytest.raises(ValueError, match=rf"is being written by process {pid} on "):
             ReplayBuffer(10, path=path)
@@ -344,7 +344,7 @@ def test_a_closed_buffer_refuses_to_write_instead_of_corrupting_its_file(tmp_pat
 @pytest.mark.parametrize("name", ["exp#1.sqlite", "a?b%20c.sqlite", "exp#2.jsonl"])
 def test_a_buffer_path_with_uri_characters_is_written_and_read_back(tmp_path, name, capsys):
     from grpo_edu.cli import main
-    from grpo_edu.training.replay import read_file
+    from grpo_edu.training.trainers.replay import read_file
 
     path = tmp_path / name
     with ReplayBuffer(10, path=path, top_fraction=1.0) as buf:
@@ -462,5 +462,5 @@ def test_load_state_rolls_back_only_its_own_writers_samples(tmp_path, name):
             a.load_state(saved, arg="replay_path")
         assert [s.question for s in a.samples()] == ["a1", "a2", "b1"]
     assert path.read_bytes() == content or name.endswith(".sqlite")     # (SQLite may checkpoint its WAL)
-    assert [s.question for s, _ in __import__("grpo_edu.training.replay", fromlist=["read_file"]).read_file(path)] \
+    assert [s.question for s, _ in __import__("grpo_edu.training.trainers.replay", fromlist=["read_file"]).read_file(path)] \
         == ["a1", "a2", "b1"]

@@ -8,10 +8,10 @@ import pytest
 
 from grpo_edu.course.experiments import forgetting, replay_advice
 from grpo_edu.course.experiments.forgetting import PhaseRecord
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.replay import ReplayBuffer, ReplaySample
-from grpo_edu.training.tasks import get_task
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
+from grpo_edu.training.task.tasks import get_task
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 ADD, SUB = get_task("addition"), get_task("subtraction")
 

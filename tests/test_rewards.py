@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_edu.training.rewards import RewardFunctionError, check_reward_output, compute_rewards
+from grpo_edu.training.task.rewards import RewardFunctionError, check_reward_output, compute_rewards
 
 ROWS = [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+2=", "answer": "4"}]
 COMPLETIONS = ["2", "3", "4", "44"]     # G = 2 per prompt
@@ -27,8 +27,8 @@ def test_two_weighted_reward_functions_are_summed():
 
 
 def test_the_trainer_passes_reward_weights(random_model, char_tokenizer):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0),
                     model=random_model, tokenizer=char_tokenizer, train_rows=ROWS * 2,
@@ -96,7 +96,7 @@ def test_rows_with_different_columns_are_refused():
 
 # --- building blocks (lesson 07) --------------------------------------------------------------
 def test_building_blocks_by_hand():
-    from grpo_edu.training.rewards import brevity_reward, correctness, digit_credit, format_reward
+    from grpo_edu.training.task.rewards import brevity_reward, correctness, digit_credit, format_reward
 
     completions = ["46", " 46 ", "47", "146", "4", "x6", "-5", "1234", ""]
     answers = ["46"] * len(completions)
@@ -112,7 +112,7 @@ def test_building_blocks_by_hand():
 
 
 def test_term_count_reward_counts_every_occurrence_and_is_unbounded_without_a_cap():
-    from grpo_edu.training.rewards import term_count_reward
+    from grpo_edu.training.task.rewards import term_count_reward
 
     terms = term_count_reward(["policy", "KL"])                          # the guide's count × 0.1
     texts = ["", "policy", "the policy and KL", "KL KL KL policy", "policy " * 50]
@@ -127,7 +127,7 @@ def test_term_count_reward_counts_every_occurrence_and_is_unbounded_without_a_ca
 
 
 def test_combine_is_the_weighted_sum_and_names_each_component():
-    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
+    from grpo_edu.training.task.rewards import brevity_reward, combine, correctness, format_reward
 
     c = combine(correct=(correctness, 0.6), fmt=(format_reward(3), 0.2), short=(brevity_reward(4), 0.2))
     prompts, completions, answer = ["1+1="] * 3, ["2", "22", "x"], ["2"] * 3

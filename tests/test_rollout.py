@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from grpo_edu.training.rollout import completion_logprobs, generate
+from grpo_edu.training.rollouts.rollout import completion_logprobs, generate
 
 
 def _sample(model, tok, prompts, seed=0, **kw):

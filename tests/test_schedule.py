@@ -105,8 +105,8 @@ def test_learning_rate_schedules():
 
 
 def test_the_trainer_applies_the_schedule(random_model, char_tokenizer):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 30)]
     t = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=4, eval_size=0,
@@ -118,8 +118,8 @@ def test_the_trainer_applies_the_schedule(random_model, char_tokenizer):
 
 
 def test_resuming_with_a_new_length_warns_under_the_linear_schedule(random_model, char_tokenizer, tmp_path):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     rows = [{"prompt": f"{a}+{a}=", "answer": str(2 * a)} for a in range(10, 30)]
     common = dict(batch_size=2, num_generations=2, eval_size=0, output_dir=str(tmp_path / "run"))

@@ -48,7 +48,7 @@ def test_a_forward_pass_is_two_flops_per_weight_plus_attention():
     """Kaplan's 2·N per token, checked against the real model's weights (every Linear, the lm_head included)."""
     import torch
 
-    from grpo_edu.training.models import load_model_and_tokenizer
+    from grpo_edu.training.model.models import load_model_and_tokenizer
 
     model, _ = load_model_and_tokenizer("bundled-sums")
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
@@ -69,8 +69,8 @@ def test_matmul_throughput_is_measured():
 
 @pytest.fixture
 def small_trainer():
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     return GRPOTrainer(GRPOConfig(batch_size=2, num_generations=4, max_completion_length=4, total_training_steps=3,
                                   eval_size=0, sampler="engine", num_iterations=2))
@@ -106,8 +106,8 @@ def test_memory_parts(small_trainer):
 
 
 def _family_trainer(method, reward=None, **overrides):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.family import make_trainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.family import make_trainer
 
     reward = reward or (lambda prompts, completions, **kw: [float(len(c) % 2) for c in completions])   # mixed
     settings = dict(batch_size=2, num_generations=4, max_completion_length=4, total_training_steps=3, eval_size=0,
@@ -156,7 +156,7 @@ def test_a_skipped_step_costs_its_sampling_only():
 
 
 def test_a_step_of_unknown_parts_is_refused():
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     class Mine(GRPOTrainer):
         def step(self):

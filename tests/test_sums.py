@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from grpo_edu.training.rollout import Rollout, length_stats
-from grpo_edu.training.sums import final_answer, terms_of, worked_solution
-from grpo_edu.training.tasks import get_task
+from grpo_edu.training.rollouts.rollout import Rollout, length_stats
+from grpo_edu.training.task.sums import final_answer, terms_of, worked_solution
+from grpo_edu.training.task.tasks import get_task
 
 SUMS = get_task("sums")
 
@@ -54,7 +54,7 @@ def test_the_splits_are_fixed_disjoint_and_span_two_to_six_terms():
 
 
 def test_the_warm_up_shows_a_seeded_mix_of_worked_and_direct_answers():
-    from grpo_edu.training.make_model import _demonstrations, task_chars
+    from grpo_edu.training.model.make_model import _demonstrations, task_chars
 
     shown = _demonstrations(SUMS, 0.3, seed=0)
     worked = sum("+" in r["answer"] for r in shown) / len(shown)
@@ -66,7 +66,7 @@ def test_the_warm_up_shows_a_seeded_mix_of_worked_and_direct_answers():
 
 
 def test_make_model_refuses_what_cannot_work_before_any_training(tmp_path):
-    from grpo_edu.training.make_model import build_tiny_model
+    from grpo_edu.training.model.make_model import build_tiny_model
 
     with pytest.raises(ValueError, match=r"^max_positions: is 32, but a prompt with <bos>, its longest answer and "
                                          r"<eos> need \d+\. Fix: pass --max-positions"):
@@ -121,8 +121,8 @@ def test_a_step_logs_lengths_right_and_wrong_and_the_truncated_share(random_mode
 
 def test_the_sums_preset_names_only_what_differs_and_flags_beside_it_win(monkeypatch):
     from grpo_edu import GRPOConfig
-    from grpo_edu.training.config import PRESETS
-    from grpo_edu.training.models import locate_model, sums_model_dir
+    from grpo_edu.training.trainers.config import PRESETS
+    from grpo_edu.training.model.models import locate_model, sums_model_dir
 
     config = GRPOConfig.preset("sums", seed=2)
     assert (config.task, config.model, config.max_completion_length, config.seed) == ("sums", "bundled-sums", 42, 2)
@@ -145,7 +145,7 @@ def test_the_sums_preset_names_only_what_differs_and_flags_beside_it_win(monkeyp
 
 def test_a_length_limit_no_answer_fits_in_is_refused_before_any_model_loads(monkeypatch):
     from grpo_edu import GRPOConfig, GRPOTrainer
-    from grpo_edu.training import trainer
+    from grpo_edu.training.trainers import trainer
 
     monkeypatch.setattr(trainer, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("a model was loaded"))
     assert SUMS.min_completion_tokens == len("#2") + 1                  # 1+1: the smallest sum, "#2<eos>"

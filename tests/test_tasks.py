@@ -8,7 +8,7 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from grpo_edu.training.tasks import TASKS, PromptFileNotFoundError, get_task, load_prompts
+from grpo_edu.training.task.tasks import TASKS, PromptFileNotFoundError, get_task, load_prompts
 
 
 def _solve(prompt):
@@ -57,7 +57,7 @@ def test_first_n_rows_are_a_prefix_of_the_shuffled_split():
 
 
 def test_splits_are_the_same_in_a_fresh_interpreter():
-    code = "from grpo_edu.training.tasks import get_task; print(get_task('addition').split('heldout', n=5))"
+    code = "from grpo_edu.training.task.tasks import get_task; print(get_task('addition').split('heldout', n=5))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(get_task("addition").split("heldout", n=5))
 
@@ -105,7 +105,7 @@ def test_get_task_unknown_name_lists_known_ones():
 
 
 def test_importing_tasks_does_not_import_torch():
-    code = "import sys, grpo_edu.training.tasks; print('torch' in sys.modules, 'transformers' in sys.modules)"
+    code = "import sys, grpo_edu.training.task.tasks; print('torch' in sys.modules, 'transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 

@@ -8,10 +8,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grpo_edu.training.evaluation import evaluate_accuracy, sample_completions, success_rates  # noqa: E402
-from grpo_edu.training.make_model import BAND, build_tiny_model, main  # noqa: E402
-from grpo_edu.training.tasks import get_task  # noqa: E402
-from grpo_edu.training.tokenizer import CHARS, SPECIAL_TOKENS, build_char_tokenizer, save_char_tokenizer  # noqa: E402
+from grpo_edu.training.task.evaluation import evaluate_accuracy, sample_completions, success_rates  # noqa: E402
+from grpo_edu.training.model.make_model import BAND, build_tiny_model, main  # noqa: E402
+from grpo_edu.training.task.tasks import get_task  # noqa: E402
+from grpo_edu.training.model.tokenizer import CHARS, SPECIAL_TOKENS, build_char_tokenizer, save_char_tokenizer  # noqa: E402
 
 ASSET = Path(__file__).resolve().parents[1] / "assets" / "tiny-adder"
 TASK = get_task("addition")
@@ -116,7 +116,7 @@ def test_recorded_numbers_are_reproducible(bundled):
     """grpo_edu_model.json's accuracy is what its own recipe measures (provenance)."""
     model, tokenizer = bundled
     record = json.loads((ASSET / "grpo_edu_model.json").read_text())
-    assert record["command"].startswith("python -m grpo_edu.training.make_model --out assets/tiny-adder")
+    assert record["command"].startswith("python -m grpo_edu.training.model.make_model --out assets/tiny-adder")
     assert record["in_band"] and record["seed"] == 0
     rates = success_rates(model, tokenizer, TASK.split("heldout"), TASK, temperature=1.0,
                           num_samples=record["eval_samples_per_prompt"], seed=0)
@@ -154,7 +154,7 @@ def test_main_writes_nothing_when_the_accuracy_misses_the_band(tmp_path, capsys)
 
 
 def test_main_moves_a_model_in_the_band_into_place(tmp_path, monkeypatch, capsys, random_model, char_tokenizer):
-    import grpo_edu.training.make_model as make_model
+    import grpo_edu.training.model.make_model as make_model
 
     def warm_up(out_dir, **options):
         summary = {"in_band": True, "heldout_sampled_accuracy": 0.4, "warmup_steps": 1, "heldout_greedy_accuracy": 0.9,
@@ -170,13 +170,13 @@ def test_main_moves_a_model_in_the_band_into_place(tmp_path, monkeypatch, capsys
     assert {p.name for p in out.iterdir()} >= {"README.md", "model.safetensors", "config.json", "tokenizer.json",
                                                "grpo_edu_model.json"}
     record = json.loads((out / "grpo_edu_model.json").read_text())
-    assert record["command"] == f"python -m grpo_edu.training.make_model --out {out} --seed 3"
+    assert record["command"] == f"python -m grpo_edu.training.model.make_model --out {out} --seed 3"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     assert "saved to" in capsys.readouterr().out
 
 
 def test_main_defaults_to_the_bundled_folder_wherever_it_runs(tmp_path, monkeypatch):
-    import grpo_edu.training.make_model as make_model
+    import grpo_edu.training.model.make_model as make_model
 
     seen = {}
 
@@ -189,7 +189,7 @@ def test_main_defaults_to_the_bundled_folder_wherever_it_runs(tmp_path, monkeypa
     with pytest.raises(SystemExit):
         main(["--overwrite"])                                     # it holds the bundled model: refused without
     assert Path(seen["out"]) == ASSET                             # not ./assets/tiny-adder under the current folder
-    assert make_model._command(ASSET) == "python -m grpo_edu.training.make_model --out assets/tiny-adder"
+    assert make_model._command(ASSET) == "python -m grpo_edu.training.model.make_model --out assets/tiny-adder"
 
 
 @pytest.mark.parametrize("kwargs, name", [(dict(stop_at=1.5), "stop_at"), (dict(task="nope"), "task"),

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from grpo_edu.training.make_model import _measure
-from grpo_edu.training.models import load_model_and_tokenizer, sums_model_dir
-from grpo_edu.training.tasks import get_task
+from grpo_edu.training.model.make_model import _measure
+from grpo_edu.training.model.models import load_model_and_tokenizer, sums_model_dir
+from grpo_edu.training.task.tasks import get_task
 
 TASK = get_task("sums")
 
@@ -23,7 +23,7 @@ def measured():
 
 def test_the_recorded_numbers_are_what_the_model_measures(measured):
     record, numbers = measured
-    assert record["command"].startswith("python -m grpo_edu.training.make_model --out assets/tiny-sums --task sums")
+    assert record["command"].startswith("python -m grpo_edu.training.model.make_model --out assets/tiny-sums --task sums")
     assert record["in_band"] and record["seed"] == 0 and record["num_parameters"] == 1_052_416
     for key, tolerance in {"heldout_sampled_accuracy": 0.02, "fraction_prompts_0_lt_p_lt_1": 0.03,
                            "well_formed_rate": 0.02, "worked_fraction": 0.03, "truncated_fraction": 0.01}.items():

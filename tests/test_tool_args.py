@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from grpo_edu.cli import main
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainers.config import GRPOConfig
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,7 @@ def in_tmp(tmp_path, monkeypatch):
 @pytest.fixture
 def no_training(monkeypatch):
     """GRPOTrainer replaced by a stand-in that fails loudly: a check that comes after it comes too late."""
-    from grpo_edu.training import family, trainer
+    from grpo_edu.training.trainers import family, trainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the arguments were checked")
@@ -102,7 +102,7 @@ def test_a_harmless_contradiction_warns_once_naming_the_fields(kwargs, names):
 
 def test_the_defaults_and_the_shipped_variants_warn_of_nothing():
     from grpo_edu.course.experiments.variants import COMMON, VARIANTS
-    from grpo_edu.training.config import PRESETS
+    from grpo_edu.training.trainers.config import PRESETS
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -121,7 +121,7 @@ def test_a_second_train_into_a_folder_a_live_run_is_writing_is_refused_before_th
         tmp_path, capsys, no_training, live_writer):
     folder = tmp_path / "run"
     code = f"""
-        from grpo_edu.training import run_folder
+        from grpo_edu.training.runs import run_folder
         run_folder.acquire_lock({str(folder)!r})
     """
     with live_writer(code) as pid:

@@ -13,12 +13,12 @@ import warnings
 import pytest
 import torch
 
-import grpo_edu.training.family as family
-from grpo_edu.training import passes
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.family import METHODS, make_trainer
-from grpo_edu.training.models import calc_model_dir
-from grpo_edu.training.tools import Tool
+import grpo_edu.training.trainers.family as family
+from grpo_edu.training.rollouts import passes
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.family import METHODS, make_trainer
+from grpo_edu.training.model.models import calc_model_dir
+from grpo_edu.training.rollouts.tools import Tool
 
 
 def _calls(prompts, completions, **kwargs):

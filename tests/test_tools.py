@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from grpo_edu.core.losses import grpo_loss
-from grpo_edu.training.multi_turn import generate_with_tools
-from grpo_edu.training.rollout import completion_logprobs
-from grpo_edu.training.tokenizer import CHARS, build_char_tokenizer
-from grpo_edu.training.tools import Tool, ToolCallError, calculator, loss_mask, tool_mask_of, tool_stats
+from grpo_edu.training.rollouts.multi_turn import generate_with_tools
+from grpo_edu.training.rollouts.rollout import completion_logprobs
+from grpo_edu.training.model.tokenizer import CHARS, build_char_tokenizer
+from grpo_edu.training.rollouts.tools import Tool, ToolCallError, calculator, loss_mask, tool_mask_of, tool_stats
 
 TOOL_CHARS = CHARS + "[]?#"
 
@@ -138,8 +138,8 @@ def test_a_tool_that_never_returns_is_stopped_so_later_calls_are_not_slowed(tool
 def test_a_stuck_tools_worker_ends_with_the_run_even_after_a_kill():
     """The run dies without a word (os._exit, as after kill -9) while its tool spins: the worker ends too."""
     code = ("import threading, time, os\n"
-            "from grpo_edu.training.tools import Tool\n"
-            "from grpo_edu.training.tokenizer import CHARS, build_char_tokenizer\n"
+            "from grpo_edu.training.rollouts.tools import Tool\n"
+            "from grpo_edu.training.model.tokenizer import CHARS, build_char_tokenizer\n"
             "def spin(text):\n    while True: pass\n"
             "tool = Tool(function=spin, timeout_s=60)\n"
             "threading.Thread(target=tool.run, args=('1+2', build_char_tokenizer(CHARS + '[]?#')), daemon=True).start()\n"
@@ -271,7 +271,7 @@ def _trl_trainer(tmp_path, model, tokenizer, loss_type, beta):
     import datasets
 
     from grpo_edu.beyond.export import to_trl
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
@@ -368,8 +368,8 @@ def test_the_trl_comparison_turns_red_on_each_deliberate_bug(bug, random_model, 
 # --- the trainer's hook --------------------------------------------------------------------------------------
 
 def test_a_trainer_step_with_a_tool_logs_trls_tool_metrics_and_masks_the_replies(tool_model, tool_tokenizer):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     config = GRPOConfig(batch_size=2, num_generations=8, max_completion_length=20, total_training_steps=2,
                         eval_size=0, beta=0.04, learning_rate=1e-3, sampler="engine")
@@ -388,8 +388,8 @@ def test_a_trainer_step_with_a_tool_logs_trls_tool_metrics_and_masks_the_replies
 
 
 def test_the_trainer_refuses_a_tool_its_tokenizer_cannot_write(random_model, char_tokenizer):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     with pytest.raises(ValueError, match="^call_start: "):
         GRPOTrainer(GRPOConfig(batch_size=1, num_generations=2, total_training_steps=1, eval_size=0),
@@ -403,9 +403,9 @@ def test_the_trainer_refuses_a_tool_its_tokenizer_cannot_write(random_model, cha
 
 @pytest.mark.parametrize("reply_in_loss", [False, True])
 def test_the_loss_sees_the_replies_only_in_the_ablation(reply_in_loss, tool_model, tool_tokenizer, monkeypatch):
-    from grpo_edu.training import trainer as trainer_module
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers import trainer as trainer_module
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     masks, seen = [], []
     real = trainer_module.grpo_loss

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from grpo_edu.course import tools_runs
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.model.models import ASSETS
 
 
 def test_a_per_call_reward_counts_the_calls_in_the_text():

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.replay import read_file
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.replay import read_file
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 FAST = dict(batch_size=4, num_generations=4, total_training_steps=6, eval_size=0, max_completion_length=4,
             learning_rate=1e-2, beta=0.05)
@@ -172,7 +172,7 @@ def test_a_replay_ratio_outside_the_advised_range_warns(ratio):
 
 
 def test_a_corrupt_buffer_file_fails_before_the_model_loads_and_is_not_changed(tmp_path, monkeypatch):
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     bad = tmp_path / "b.sqlite"
     bad.write_bytes(b"not a database at all")
@@ -239,7 +239,7 @@ def test_a_refused_resume_while_the_run_is_live_leaves_its_buffer_untouched(tmp_
     a.step()
     a.replay_buffer.close()
     content = read_file(path)
-    code = (f"from grpo_edu.training import run_folder\nfrom grpo_edu.training.replay import ReplayBuffer\n"
+    code = (f"from grpo_edu.training import run_folder\nfrom grpo_edu.training.trainers.replay import ReplayBuffer\n"
             f"run_folder.acquire_lock({str(out)!r})\nbuf = ReplayBuffer(10_000, path={str(path)!r})")
     with live_writer(code) as pid:
         with pytest.raises(ValueError, match=rf"is being written by process {pid} on "):
@@ -251,7 +251,7 @@ def test_the_reward_threshold_keeps_an_all_wrong_groups_best_answer_out():
     """Under a composite reward (lesson 07) an all-wrong group still ranks its answers: the best of
     them has Â > 0 and would enter a notebook of good answers, unless its reward must be near full."""
     from grpo_edu.core.advantages import group_advantages
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
 
     rewards = [0.2, 0.1, 0.0, 0.0]                                  # all wrong; brevity and format differ
     adv = group_advantages([rewards])[0].tolist()

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from grpo_edu.core.losses import grpo_loss
-from grpo_edu.training import trainer as trainer_module
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.tasks import get_task
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.trainers import trainer as trainer_module
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.task.tasks import get_task
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 ROWS = get_task("addition").split("train", n=16)   # "12+34=": all prompts 6 characters, so no left padding
 
@@ -263,7 +263,7 @@ def test_eval_every_scores_the_weights_of_that_step(monkeypatch, random_model, c
 # --- replay (lesson 06) ---------------------------------------------------------------------
 def _filled(t, answers, advantages):
     """Put samples "<prompt of ROWS[i]> → answer" with the given advantages in t's buffer."""
-    from grpo_edu.training.replay import ReplaySample
+    from grpo_edu.training.trainers.replay import ReplaySample
 
     samples = [ReplaySample(ROWS[i]["prompt"], a, adv, 1.0) for i, (a, adv) in enumerate(zip(answers, advantages))]
     assert t.replay_buffer.add(samples, round=0) == len(samples)

@@ -108,7 +108,7 @@ def test_gspo_with_a_token_sized_clip_range_warns():
                                      dict(importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)])
 def test_the_trainer_hands_each_variant_to_the_loss(monkeypatch, random_model, char_tokenizer, variant):
     from grpo_edu import GRPOConfig, GRPOTrainer
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     seen = []
     real = trainer_module.grpo_loss
@@ -199,7 +199,7 @@ def test_reinforce_pp_whitens_the_group_centred_rewards_over_the_batchs_tokens_a
 
 def test_the_trainer_uses_the_chosen_estimator(monkeypatch, random_model, char_tokenizer):
     from grpo_edu import GRPOConfig, GRPOTrainer
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     seen = []
     real = trainer_module.grpo_loss
@@ -264,7 +264,7 @@ def _dynamic_trainer(model, tok, reward, **overrides):
 
 def test_dynamic_sampling_trains_on_live_groups_only_and_counts_the_extra_generation(monkeypatch, random_model,
                                                                                      char_tokenizer):
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     seen = []
     real = trainer_module.grpo_loss
@@ -315,7 +315,7 @@ def test_sampler_weights_multiply_the_policy_term_and_not_the_kl():
 
 def test_a_bf16_sampler_is_not_the_trainer_and_the_correction_weighs_it(monkeypatch, random_model, char_tokenizer):
     from grpo_edu import GRPOConfig, GRPOTrainer
-    from grpo_edu.training import trainer as trainer_module
+    from grpo_edu.training.trainers import trainer as trainer_module
 
     plain = GRPOTrainer(GRPOConfig(batch_size=4, num_generations=4, max_completion_length=3, eval_size=0,
                                    total_training_steps=1), model=random_model, tokenizer=char_tokenizer).step()
@@ -439,8 +439,8 @@ def test_lesson_12s_map_names_grpo_edus_own_fields_and_the_race_runs_them():
 def test_a_variants_progress_bar_names_what_it_changes_in_grpo(monkeypatch, random_model, char_tokenizer):
     from grpo_edu.common import progress
     from grpo_edu.course.experiments import variants
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     expected = {"grpo": "GRPO", "dr_grpo": "GRPO (loss_type=dr_grpo)", "dapo": "GRPO (loss_type=dapo, dynamic sampling)",
                 "gspo": "GRPO (sequence-level ratio)", "cispo": "GRPO (loss_type=cispo)",

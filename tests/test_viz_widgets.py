@@ -345,8 +345,8 @@ def test_live_plot_outside_ipython_only_keeps_the_figure():
 
 
 def test_live_plot_as_a_trainer_callback(random_model, char_tokenizer):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     live = viz.LivePlot(every=2)
     config = GRPOConfig(batch_size=2, num_generations=2, total_training_steps=3, eval_size=4)
@@ -381,7 +381,7 @@ def test_show_source_prints_the_library_code_numbered(capsys):
 
 def test_reward_weights_panel_is_combine_then_group_advantages():
     from grpo_edu.core.advantages import group_advantages
-    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
+    from grpo_edu.training.task.rewards import brevity_reward, combine, correctness, format_reward
 
     p = widgets.reward_weights_panel()
     group = list(widgets.REWARD_GROUP)

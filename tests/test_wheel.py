@@ -37,7 +37,7 @@ def test_installed_offline_from_a_folder_of_wheels_it_runs_outside_the_repositor
     run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheel.parent),
                           "--no-deps", "--target", str(target), "grpo-edu"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    script = ("import grpo_edu, json; from grpo_edu.training.models import ASSETS; "
+    script = ("import grpo_edu, json; from grpo_edu.training.model.models import ASSETS; "
               "from grpo_edu.course.classroom.doctor import check_models; from grpo_edu.cli import main; "
               "code = main(['lessons', 'mine']); "
               "print(json.dumps({'package': grpo_edu.__file__, 'assets': str(ASSETS), 'models': check_models().ok, "

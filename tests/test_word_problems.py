@@ -37,7 +37,7 @@ def test_the_rewards_pay_the_right_number_and_the_format_separately():
 
 
 def test_chat_prompts_need_a_template():
-    from grpo_edu.training.tokenizer import build_char_tokenizer
+    from grpo_edu.training.model.tokenizer import build_char_tokenizer
 
     with pytest.raises(ValueError, match="^tokenizer: it has no chat_template"):
         chat_prompts(build_char_tokenizer(), [{"question": "1+1?", "answer": "2"}])
@@ -51,8 +51,8 @@ def test_the_checker_compares_final_numbers():
 
 
 def test_a_task_without_held_out_prompts_needs_eval_rows_or_no_eval(tmp_path):
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     rows = [{"prompt": "1+1=", "answer": "2"}] * 4
     with pytest.raises(ValueError, match="^eval_rows: the task 'word_problems' has no held-out prompts of its own, "
@@ -80,7 +80,7 @@ def test_the_gpu_sections_code_path_runs_on_a_tiny_chat_model(tmp_path):
         assert torch.isfinite(torch.tensor(m["loss"])) and 0 < m["completion_length"] <= 24
     assert generated_tokens_per_second(trainer) > 0
     # the GPU settings are the same code path with bigger numbers, and a valid config
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     GRPOConfig(**GPU_RUN)
     assert set(CPU_REHEARSAL) <= set(GPU_RUN)

@@ -22,7 +22,7 @@ trainer learn at 2e-4 while the floor stood still, and the trainer then "beat" t
 arithmetic of every update is still done in full.
 
 ``--sampler`` times the two samplers instead: tokens per second of the loop (``rollout.generate``) and the
-engine (``training/engine.py``) on one thread, on lesson 11's model and on the adder, then the ``sums``
+engine (``training/rollouts/engine.py``) on one thread, on lesson 11's model and on the adder, then the ``sums``
 preset's whole training step with ``sampler="loop"`` and ``sampler="engine"``.
 
 ``--step-ms`` prints the ruler of the course's time budgets (:func:`step_ms`): the floor, not the trainer, so
@@ -64,7 +64,7 @@ def _workload():
 
 
 def _model_dir(workload):
-    from grpo_edu.training.models import locate_model
+    from grpo_edu.training.model.models import locate_model
 
     return str(locate_model(workload["model"])[0])
 
@@ -100,8 +100,8 @@ def child_grpo_edu(t0, steps, warmup, settings=None, name="grpo_edu"):
     """``GRPOTrainer.step()``, each step split into its parts (``step_cost.timed_step``) and its FLOPs counted."""
     from grpo_edu.beyond import roofline
     from grpo_edu.beyond.step_cost import PARTS, flops_of_step, timed_step
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     workload = _workload()
     settings = settings or workload["settings"]
@@ -158,9 +158,9 @@ def _full_buffer(path, seed=0, task="addition"):
     worked solution the model was warmed up on, as long as the answers it writes)."""
     import random
 
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
-    from grpo_edu.training.sums import terms_of, worked_solution
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.task.sums import terms_of, worked_solution
+    from grpo_edu.training.task.tasks import get_task
 
     rows, rng = get_task(task).split("train"), random.Random(seed)
 
@@ -206,7 +206,7 @@ def buffer_timings(repeats=20, seed=0):
     with Â > 0 admitted, each evicting) and of ``sample(64)``, on a full buffer per storage."""
     import random
 
-    from grpo_edu.training.replay import ReplaySample
+    from grpo_edu.training.trainers.replay import ReplaySample
 
     rng = random.Random(seed)
     rows = [f"{a}+{b}=" for a in range(10, 100) for b in range(10, 100)]
@@ -261,9 +261,9 @@ def child_floor(t0, steps, warmup):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_edu.training.models import no_hub_kernels
-    from grpo_edu.training.rollout import _cache_name
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.model.models import no_hub_kernels
+    from grpo_edu.training.rollouts.rollout import _cache_name
+    from grpo_edu.training.task.tasks import get_task
 
     workload = _workload()
     settings = workload["settings"]
@@ -330,8 +330,8 @@ def child_trl(t0, steps, warmup):
     from transformers import TrainerCallback
     from trl import GRPOConfig as TRLConfig, GRPOTrainer as TRLTrainer
 
-    from grpo_edu.training.models import no_hub_kernels
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.model.models import no_hub_kernels
+    from grpo_edu.training.task.tasks import get_task
 
     workload = _workload()
     settings = workload["settings"]
@@ -407,7 +407,7 @@ def child_trl(t0, steps, warmup):
 def _sampler_step(t0, steps, warmup, sampler):
     """One training step of the ``sums`` preset (16 prompts × G = 8, ≤ 42 new tokens) with ``sampler``, at the
     constant-work learning rate."""
-    from grpo_edu.training.config import PRESETS
+    from grpo_edu.training.trainers.config import PRESETS
 
     settings = dict(SETTINGS, batch_size=16, num_generations=8, max_completion_length=PRESETS["sums"][
         "max_completion_length"], sampler=sampler)

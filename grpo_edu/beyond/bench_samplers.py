@@ -28,7 +28,7 @@ def time_samplers(model, tokenizer, batches, *, num_generations, max_new_tokens,
     waits for the device, so GPU timings are honest too)."""
     import torch
 
-    from grpo_edu.training import engine, rollout
+    from grpo_edu.training.rollouts import engine, rollout
 
     samplers = {"loop": rollout.generate, "engine": engine.generate}
     device = next(model.parameters()).device
@@ -52,8 +52,8 @@ def time_samplers(model, tokenizer, batches, *, num_generations, max_new_tokens,
 
 def sampler_tokens_per_s(workload, batches, rounds, seed=0):
     """:func:`time_samplers` on a :data:`SAMPLER_WORKLOADS` entry, over ``batches`` batches of its training prompts."""
-    from grpo_edu.training.models import load_model_and_tokenizer
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+    from grpo_edu.training.task.tasks import get_task
 
     w = SAMPLER_WORKLOADS[workload]
     model, tokenizer = load_model_and_tokenizer(w["model"])

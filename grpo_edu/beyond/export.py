@@ -23,7 +23,7 @@ The traps, each handled below:
 """
 
 from grpo_edu.common import _checks
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.trainers.config import GRPOConfig
 
 ADAM_BETAS = (0.9, 0.99)
 """grpo_edu's AdamW betas (trainer.py); TRL's and verl's defaults are (0.9, 0.999)."""
@@ -153,7 +153,7 @@ def peft_settings(config):
     the model with its adapter switched off as the reference (no ref_model copy)."""
     if config.lora_rank is None:
         return None
-    from grpo_edu.training.lora import target_list
+    from grpo_edu.training.model.lora import target_list
 
     return {"r": config.lora_rank, "lora_alpha": config.lora_alpha,
             "target_modules": target_list(config.lora_target_modules), "lora_dropout": 0.0, "bias": "none",

@@ -53,7 +53,7 @@ def check_out(parser, out, *, overwrite):
     from pathlib import Path
 
     from grpo_edu.common import _checks
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     path = Path(out)
     if path.exists() and not path.is_dir():
@@ -62,7 +62,7 @@ def check_out(parser, out, *, overwrite):
     if resolved == ASSETS or ASSETS in resolved.parents:
         parser.error(f"--out: {out} is inside {ASSETS}, the course's bundled models, which the lessons and "
                      "grpo-edu doctor check. Fix: pass a folder of your own; to rebuild a bundled model use "
-                     "python -m grpo_edu.training.make_model")
+                     "python -m grpo_edu.training.model.make_model")
     held = [name for name in MODEL_FILES if (path / name).exists()]
     if held and not overwrite:
         parser.error(f"--out: {out} already holds a model ({', '.join(held)}), which this run would replace. Fix: "
@@ -98,8 +98,8 @@ def run_grpo_edu(model_dir, device, size):
     """Train ``model_dir`` with GRPOTrainer; returns the numbers the command prints."""
     import torch
 
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     config = GRPOConfig.preset("sums", model=model_dir, device=device, **SIZES[size]["train"])
     trainer = GRPOTrainer(config)
@@ -125,9 +125,9 @@ def run_samplers(model_dir, device, size):
     import torch
 
     from grpo_edu.beyond.bench_samplers import time_samplers
-    from grpo_edu.training.config import PRESETS
-    from grpo_edu.training.models import load_model_and_tokenizer
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.trainers.config import PRESETS
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+    from grpo_edu.training.task.tasks import get_task
 
     train = SIZES[size]["train"]
     B, G, max_new = train["batch_size"], train["num_generations"], PRESETS["sums"]["max_completion_length"]
@@ -182,7 +182,7 @@ def main(argv=None):
     import torch
     from safetensors.torch import load_file
 
-    from grpo_edu.training.make_model import build_tiny_model
+    from grpo_edu.training.model.make_model import build_tiny_model
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -219,7 +219,7 @@ def main(argv=None):
     speeds, rows, max_new = run_samplers(model_dir, device, size)
     print(f"   sampling {rows} rows, ≤ {max_new} new tokens, median tokens/s over {len(speeds['loop'])} round(s): "
           + ", ".join(f"{name} {sorted(v)[len(v) // 2]:,.0f}" for name, v in speeds.items())
-          + " (the engine: grpo_edu.training.engine, the trainer's default; the loop: GRPOConfig(sampler='loop'))",
+          + " (the engine: grpo_edu.training.rollouts.engine, the trainer's default; the loop: GRPOConfig(sampler='loop'))",
           flush=True)
 
     if args.no_trl:

@@ -26,16 +26,16 @@ from pathlib import Path
 
 from grpo_edu.beyond.export import to_trl
 from grpo_edu.common import _checks
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.models import no_hub_kernels, pick_device, resolve_model
-from grpo_edu.training.tasks import get_task
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.model.models import no_hub_kernels, pick_device, resolve_model
+from grpo_edu.training.task.tasks import get_task
 
 
 def heldout_evaluator(config, model, tokenizer):
     """A function of no arguments giving the held-out accuracy of ``model`` exactly as grpo_edu's
     trainer measures it (``evaluation.evaluate_run`` on the task's first ``eval_size`` held-out
     prompts), so both engines are scored by the same ruler on the same prompts."""
-    from grpo_edu.training.evaluation import evaluate_run
+    from grpo_edu.training.task.evaluation import evaluate_run
 
     task = get_task(config.task)
     rows = task.split("heldout", config.eval_size)

@@ -43,7 +43,7 @@ import torch
 
 from grpo_edu.beyond.step_cost import shape_of
 from grpo_edu.common import _checks
-from grpo_edu.training.passes import layer_weights
+from grpo_edu.training.rollouts.passes import layer_weights
 
 SPEC_SHEETS = {"H100 SXM (bf16, dense)": (989e12, 3.35e12)}
 """A GPU's roofs from its maker's data sheet, (matmul FLOP/s, memory bytes/s): NVIDIA's H100 SXM5 data sheet gives

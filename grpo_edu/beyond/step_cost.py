@@ -33,7 +33,7 @@ import time
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.training.passes import layer_weights
+from grpo_edu.training.rollouts.passes import layer_weights
 
 PARTS = ("sampling", "reference", "policy", "optimizer", "other")
 """The parts of a step's time, in the order the step runs them (``other``: rewards, advantages, metrics)."""
@@ -154,8 +154,8 @@ def training_matmul_shape(config, rows, tokens):
 def _updates():
     """{a trainer's ``step`` function: the method its step trains the policy with}: the steps timed_step knows.
     A method's own update runs its policy's forward and backward; for DPO it also holds π_ref's forward."""
-    from grpo_edu.training import family
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers import family
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     return {GRPOTrainer.step: "_update",                                   # grpo, reinforce
             family.PPOTrainer.step: "_update",                             # the policy's part; the critic's below
@@ -324,7 +324,7 @@ def _bytes(tensors):
 def activation_bytes(model, rollout, temperature=1.0):
     """Bytes the backward pass of the policy's loss pass would keep (the tensors autograd saves, each
     storage counted once, weights not counted), measured on one forward over ``rollout``'s rows."""
-    from grpo_edu.training.rollout import completion_logprobs
+    from grpo_edu.training.rollouts.rollout import completion_logprobs
 
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     seen = {}

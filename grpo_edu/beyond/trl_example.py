@@ -13,8 +13,8 @@ import json
 import sys
 
 from grpo_edu.beyond.export import to_trl
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.model.models import ASSETS
 
 OUT = ASSETS / "trl-runs"
 RUNS = {

@@ -5,7 +5,7 @@ template*'s tool-call format, which the course's character models do not have. `
 the sampling to the caller: it returns ``prompt_ids``, ``completion_ids``, ``logprobs`` and, for a
 multi-turn rollout, ``env_mask``, which TRL takes as its ``tool_mask`` (1 on the model's tokens, 0 on
 the environment's) and multiplies into the loss mask. That is the route for a model without a chat
-template: :func:`to_trl_tools` builds it on :func:`grpo_edu.training.multi_turn.generate_with_tools`,
+template: :func:`to_trl_tools` builds it on :func:`grpo_edu.training.rollouts.multi_turn.generate_with_tools`,
 so TRL trains on exactly the ids, log-probs and masks our sampler makes. The tool function (typed, with
 a Google-style docstring, as ``tools=[…]`` needs) comes too, for a model that has a chat template.
 """
@@ -13,8 +13,8 @@ a Google-style docstring, as ``tools=[…]`` needs) comes too, for a model that 
 from __future__ import annotations
 
 from grpo_edu.common import _checks
-from grpo_edu.training.multi_turn import generate_with_tools
-from grpo_edu.training.tools import Tool
+from grpo_edu.training.rollouts.multi_turn import generate_with_tools
+from grpo_edu.training.rollouts.tools import Tool
 
 
 def trl_tool_function(tool):

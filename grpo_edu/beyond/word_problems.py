@@ -93,7 +93,7 @@ CPU_REHEARSAL = dict(batch_size=2, num_generations=4, max_completion_length=24, 
 
 
 class WordProblems:
-    """The checker for word problems, in the shape of a ``grpo_edu.training.tasks`` task: pass it to
+    """The checker for word problems, in the shape of a ``grpo_edu.training.task.tasks`` task: pass it to
     ``GRPOTrainer(task=…)`` so the run's "accuracy" compares final numbers. Its rows come from a
     data set (GSM8K, or ``SAMPLE``), so it has no split of its own."""
 
@@ -124,7 +124,7 @@ def tiny_chat_model(folder, *, seed=0):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from grpo_edu.training.tokenizer import build_char_tokenizer, save_char_tokenizer
+    from grpo_edu.training.model.tokenizer import build_char_tokenizer, save_char_tokenizer
 
     tok = build_char_tokenizer("".join(c for c in string.printable if c not in "\t\r\x0b\x0c"))
     tok.chat_template = CHAT_TEMPLATE
@@ -144,9 +144,9 @@ def word_problem_trainer(model, questions, *, eval_questions=(), format_weight=0
     loaded, ``questions`` (rows {"question", "answer"}) become chat-template prompts, and the reward
     is ``final_number_reward + format_weight × format_reward``. ``settings`` are GRPOConfig fields
     (``GPU_RUN`` or ``CPU_REHEARSAL``); ``eval_questions`` are scored before and after."""
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.models import load_model_and_tokenizer, pick_device
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.model.models import load_model_and_tokenizer, pick_device
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     eval_size = len(eval_questions)
     config = GRPOConfig(model=str(model), **{"eval_size": eval_size, **settings})

@@ -58,7 +58,7 @@ def build_parser():
     return parser
 
 
-PASS_THROUGH = {"make-model": "grpo_edu.training.make_model", "bench": "grpo_edu.beyond.bench",
+PASS_THROUGH = {"make-model": "grpo_edu.training.model.make_model", "bench": "grpo_edu.beyond.bench",
                 "lesson-times": "grpo_edu.course.testing.lesson_times", "variants": "grpo_edu.course.experiments.variants",
                 "doctor": "grpo_edu.course.classroom.doctor", "site": "grpo_edu.course.classroom.site",
                 "family": "grpo_edu.course.experiments.family"}

@@ -8,7 +8,7 @@ import inspect
 import re
 import typing
 
-from grpo_edu.training.config import CHOICES, GRPOConfig
+from grpo_edu.training.trainers.config import CHOICES, GRPOConfig
 
 NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 """A negative number given as a flag's value, e.g. ``--learning-rate -1e-4``."""
@@ -20,7 +20,7 @@ def field_docs():
     Dataclass field docstrings are plain string statements, which Python does not keep at
     run time, so the source is the only place to read them.
     """
-    from grpo_edu.training import config
+    from grpo_edu.training.trainers import config
 
     try:
         tree = ast.parse(inspect.getsource(config))
@@ -69,14 +69,14 @@ def _none_or(kind):
 
 def _choices(name):
     if name == "task":
-        from grpo_edu.training.tasks import TASKS
+        from grpo_edu.training.task.tasks import TASKS
 
         return tuple(TASKS)
     return CHOICES.get(name)
 
 
 def _add_config_flags(parser):
-    group = parser.add_argument_group("GRPOConfig fields (grpo_edu/training/config.py has each one's full docstring)")
+    group = parser.add_argument_group("GRPOConfig fields (grpo_edu/training/trainers/config.py has each one's full docstring)")
     docs = field_docs()
     for field in dataclasses.fields(GRPOConfig):
         kind = _field_type(field)
@@ -95,7 +95,7 @@ def _add_config_flags(parser):
 
 
 def _add_preset_flag(parser):
-    from grpo_edu.training.config import PRESETS
+    from grpo_edu.training.trainers.config import PRESETS
 
     parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named config (flags given with it "
                         "still win): sums = lesson 11's long answers on assets/tiny-sums; calc = lesson 15's "
@@ -108,7 +108,7 @@ def _apply_preset(parser, argv):
     Without ``--preset``, a ``--task`` that needs its own model (``config.TASK_PRESETS``: sums, calc) starts
     from that task's preset: ``--task calc`` trains ``assets/tiny-calc``, not the adder, which cannot write
     a calculator call."""
-    from grpo_edu.training.config import PRESETS, TASK_PRESETS
+    from grpo_edu.training.trainers.config import PRESETS, TASK_PRESETS
 
     command = parser.preset_commands.get(argv[0]) if argv else None
     if command is None:

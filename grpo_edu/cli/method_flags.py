@@ -30,7 +30,7 @@ def flag_of(field):
 
 
 def _used_by(field):
-    from grpo_edu.training.family import METHODS
+    from grpo_edu.training.trainers.family import METHODS
 
     return USED_BY.get(field, tuple(m for m in METHODS if m not in ("grpo", "reinforce")))
 
@@ -38,9 +38,9 @@ def _used_by(field):
 def add_method_flags(parser):
     """``--method`` and one flag per FamilyConfig field (default None: "not given", so a resume keeps its own)."""
     from grpo_edu.cli.flags import class_field_docs, first_sentence
-    from grpo_edu.training.family import METHODS, FamilyConfig
+    from grpo_edu.training.trainers.family import METHODS, FamilyConfig
 
-    group = parser.add_argument_group("the method (lesson 13; training/family.py has each setting's docstring)")
+    group = parser.add_argument_group("the method (lesson 13; training/trainers/family.py has each setting's docstring)")
     group.add_argument("--method", choices=tuple(METHODS), default=None,
                        help="Which algorithm trains: grpo, reinforce (no baseline), ppo (a critic and GAE), rft "
                             "(rejection sampling), dpo (online pairs) or dpo_offline (pairs from the start model). "
@@ -72,7 +72,7 @@ def stored_method(resume):
     """(method, its settings) recorded in the checkpoint ``resume`` names (``checkpoint.method_of``)."""
     import json
 
-    from grpo_edu.training import checkpoint as ckpt
+    from grpo_edu.training.runs import checkpoint as ckpt
 
     folder, _ = ckpt.find_checkpoint(resume)
     state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
@@ -85,7 +85,7 @@ def method_and_settings(args, default_beta):
 
     A resumed run without ``--method`` takes its checkpoint's method, and its settings where no flag is given."""
     from grpo_edu.common import _checks
-    from grpo_edu.training.family import FamilyConfig
+    from grpo_edu.training.trainers.family import FamilyConfig
 
     given = given_settings(args)
     method, stored = args.method, {}

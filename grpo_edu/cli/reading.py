@@ -6,7 +6,7 @@ from grpo_edu.cli.runs import _fail
 
 # --- replay --------------------------------------------------------------------------------
 def cmd_replay(args):
-    from grpo_edu.training.replay import describe_file
+    from grpo_edu.training.trainers.replay import describe_file
 
     if args.show < 0:
         _fail("--show", f"is {args.show}", "give how many of the strongest samples to print, 0 or more")

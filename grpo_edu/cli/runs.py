@@ -5,7 +5,7 @@ with a progress bar, the held-out accuracy before training (printed as soon as i
 measured) and after, and the trained model saved (by default into ``runs/<timestamp>/``)
 for ``grpo-edu eval --model DIR`` to score. Every GRPOConfig field is a flag
 (``--batch-size 16``, ``--beta 0``, …); ``grpo-edu train --help`` gives each one's meaning,
-read from its docstring in ``grpo_edu/training/config.py``.
+read from its docstring in ``grpo_edu/training/trainers/config.py``.
 """
 
 import json
@@ -141,11 +141,11 @@ def cmd_train(args):
     from tqdm.auto import tqdm
 
     from grpo_edu.cli import method_flags
-    from grpo_edu.training import task_setup
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.family import make_trainer
-    from grpo_edu.training.tasks import get_task
-    from grpo_edu.training.trainer import unchanged_reason
+    from grpo_edu.training.task import task_setup
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.family import make_trainer
+    from grpo_edu.training.task.tasks import get_task
+    from grpo_edu.training.trainers.trainer import unchanged_reason
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -157,7 +157,7 @@ def cmd_train(args):
     if args.output_dir is None and not args.resume:       # a resumed run saves into the folder it resumes
         args.output_dir = default_run_dir()
     elif args.output_dir is None:                         # ...so its checks (e.g. --checkpoint-every) see that folder
-        from grpo_edu.training.checkpoint import find_checkpoint
+        from grpo_edu.training.runs.checkpoint import find_checkpoint
 
         args.output_dir = str(find_checkpoint(args.resume)[1])
         print(f"output_dir: not given, so this resumed run saves into {args.output_dir}, the folder it resumes",
@@ -172,7 +172,7 @@ def cmd_train(args):
         task_setup.check_model_for_task(config.model, task, tool, trust_remote_code=config.trust_remote_code,
                                         arg="--model")
     if config.output_dir:
-        from grpo_edu.training import run_folder
+        from grpo_edu.training.runs import run_folder
 
         run_folder.check_output_dir(config.output_dir)
         run_folder.refuse_if_locked(config.output_dir)     # a live run writes there: refused, even with --overwrite
@@ -225,8 +225,8 @@ def cmd_train(args):
 # --- export --------------------------------------------------------------------------------
 def cmd_export(args):
     from grpo_edu.beyond.export import format_export, to_trl, to_verl
-    from grpo_edu.training.config import BUNDLED_MODEL
-    from grpo_edu.training.tasks import get_task, load_prompts
+    from grpo_edu.training.trainers.config import BUNDLED_MODEL
+    from grpo_edu.training.task.tasks import get_task, load_prompts
 
     given = {"--device": args.device != "auto", "--output-dir": args.output_dir is not None}
     unused = [flag for flag, was_given in given.items() if was_given]
@@ -243,7 +243,7 @@ def cmd_export(args):
     model = config.model
     run = _run_settings(model) if model != BUNDLED_MODEL else {}
     if run:                                        # a run's folder: its checkpoint is what TRL or verl can load
-        from grpo_edu.training.models import locate_model
+        from grpo_edu.training.model.models import locate_model
 
         model = locate_model(model)[0]
         adapter = (f" (a LoRA run's: the adapter merged into its base model; the adapter alone, for peft, is in "
@@ -261,12 +261,12 @@ def cmd_export(args):
 
 # --- eval ----------------------------------------------------------------------------------
 def cmd_eval(args):
-    from grpo_edu.training import task_setup
-    from grpo_edu.training.config import PRESETS, TASK_PRESETS
-    from grpo_edu.training.evaluation import evaluate
-    from grpo_edu.training.models import load_model_and_tokenizer, locate_model
-    from grpo_edu.training.multi_turn import evaluate_with_tools
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.task import task_setup
+    from grpo_edu.training.trainers.config import PRESETS, TASK_PRESETS
+    from grpo_edu.training.task.evaluation import evaluate
+    from grpo_edu.training.model.models import load_model_and_tokenizer, locate_model
+    from grpo_edu.training.rollouts.multi_turn import evaluate_with_tools
+    from grpo_edu.training.task.tasks import get_task
 
     if args.show < 0:
         _fail("--show", f"is {args.show}", "give how many sample answers to print, 0 or more")
@@ -310,7 +310,7 @@ def cmd_eval(args):
 def _run_settings(model):
     """The GRPOConfig fields (as JSON) of the run whose output folder or checkpoint ``model`` names; {} for a
     model folder or a name."""
-    from grpo_edu.training import checkpoint as ckpt
+    from grpo_edu.training.runs import checkpoint as ckpt
 
     path = Path(model).expanduser()
     if not path.is_dir() or (path / "config.json").exists() and not (path / "trainer_state.json").exists():
@@ -353,7 +353,7 @@ def add_train(sub):
 
 
 def add_eval(sub):
-    from grpo_edu.training.tasks import TASKS
+    from grpo_edu.training.task.tasks import TASKS
 
     ev = sub.add_parser("eval", help="held-out accuracy of a model directory on a task",
                         description="Score a model: sample answers to a task's prompts and check them.")

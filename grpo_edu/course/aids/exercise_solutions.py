@@ -104,7 +104,7 @@ def token_logprob_input(rng):
 
 def trl_steps(total_training_steps, num_iterations):
     """Optimizer updates (TRL's "steps") of a grpo_edu run: steps × num_iterations."""
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     config = GRPOConfig(total_training_steps=total_training_steps, num_iterations=num_iterations)
     return config.schedule(2000).total_steps * config.num_iterations
@@ -112,7 +112,7 @@ def trl_steps(total_training_steps, num_iterations):
 
 def to_trl_value(batch_size, G, micro, processes, key):
     from grpo_edu.beyond.export import to_trl
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     return to_trl(GRPOConfig(batch_size=batch_size, num_generations=G, micro_batch_size=micro),
                   num_processes=processes)[0][key]
@@ -120,7 +120,7 @@ def to_trl_value(batch_size, G, micro, processes, key):
 
 def verl_batch(batch_size, G, n_gpus):
     from grpo_edu.beyond.export import to_verl
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     pairs = dict(to_verl(GRPOConfig(batch_size=batch_size, num_generations=G), n_gpus=n_gpus)[1]["pairs"])
     return [pairs["data.train_batch_size"], pairs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]]
@@ -135,8 +135,8 @@ def optimizer_gib(name, n_gpus, stage):
 
 def run_schedule(**changes):
     """The schedule of ``GRPOConfig(**changes)`` on its task's train split."""
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.task.tasks import get_task
 
     config = GRPOConfig(**changes)
     return config.schedule(len(get_task(config.task).split("train")))
@@ -149,9 +149,9 @@ def default_run_schedule():
 
 def bundled_heldout(n=100, **sampling):
     """Per-sample correctness of the bundled model on the first ``n`` held-out prompts (seed 0)."""
-    from grpo_edu.training.evaluation import evaluate
-    from grpo_edu.training.models import load_model_and_tokenizer
-    from grpo_edu.training.tasks import get_task
+    from grpo_edu.training.task.evaluation import evaluate
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+    from grpo_edu.training.task.tasks import get_task
 
     task = get_task("addition")
     model, tokenizer = load_model_and_tokenizer("bundled")
@@ -228,7 +228,7 @@ def logprob_input(rng):
 
 def evicted_by(stored, newcomer):
     """Fill a buffer of capacity len(stored) with (Â, round) samples, offer ``newcomer``; return what left."""
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
 
     buffer = ReplayBuffer(len(stored), top_fraction=1.0)
     for i, (adv, rnd) in enumerate(stored):
@@ -242,7 +242,7 @@ def evicted_by(stored, newcomer):
 
 def admitted_ref(advantages, top_fraction, min_advantage):
     """The buffer's admission rule, run on a fresh buffer: which of one add's samples get in."""
-    from grpo_edu.training.replay import ReplayBuffer, ReplaySample
+    from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
 
     buffer = ReplayBuffer(len(advantages) + 1, top_fraction=top_fraction, min_advantage=min_advantage)
     buffer.add([ReplaySample(str(i), "a", float(a), 1.0) for i, a in enumerate(advantages)], round=0)
@@ -257,19 +257,19 @@ def admission_input(rng):
 
 
 def replay_count(num_new, replay_ratio):
-    from grpo_edu.training.replay import replay_count
+    from grpo_edu.training.trainers.replay import replay_count
 
     return replay_count(num_new, replay_ratio)
 
 
 def replay_composition(num_new, replay_ratio, buffer_size):
-    from grpo_edu.training.replay import replay_composition
+    from grpo_edu.training.trainers.replay import replay_composition
 
     return replay_composition(num_new, replay_ratio, buffer_size)
 
 
 def composite(weights, completions, answer="46"):
-    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
+    from grpo_edu.training.task.rewards import brevity_reward, combine, correctness, format_reward
 
     funcs = {"correctness": correctness, "brevity": brevity_reward(4), "format": format_reward(3)}
     reward = combine(**{name: (funcs[name], w) for name, w in weights.items()})
@@ -298,7 +298,7 @@ def push_off_policy(ratio, advantage, variants):
 
 
 def pass_at_k_ref(n, c, k):
-    from grpo_edu.training.evaluation import pass_at_k
+    from grpo_edu.training.task.evaluation import pass_at_k
 
     return pass_at_k(int(n), int(c), int(k))[0]
 
@@ -443,7 +443,7 @@ def length_curve_input(rng):
 
 
 def overlong(length, max_completion_length=42, cache_length=10):
-    from grpo_edu.training.rewards import soft_overlong_punishment
+    from grpo_edu.training.task.rewards import soft_overlong_punishment
 
     return soft_overlong_punishment(max_completion_length, cache_length)(completion_ids=[[0] * length])[0]
 
@@ -473,7 +473,7 @@ def gae_input(rng):
 
 def tool_mask_ref(ids, call_end, reply_lengths):
     """Lesson 15: the tool mask of one completion, by the library's walk."""
-    from grpo_edu.training.tools import tool_mask_of
+    from grpo_edu.training.rollouts.tools import tool_mask_of
 
     return np.array(tool_mask_of(ids.tolist(), int(call_end), reply_lengths.tolist()))
 

@@ -177,9 +177,9 @@ def buffer_table(buffer, *, title=None):
     """A replay buffer's samples in the order they would leave it (first row = evicted next).
 
     The order is the buffer's rule: lowest advantage first, then the oldest round, then the
-    earliest added (``grpo_edu.training.replay``).
+    earliest added (``grpo_edu.training.trainers.replay``).
     """
-    from grpo_edu.training.replay import eviction_order
+    from grpo_edu.training.trainers.replay import eviction_order
 
     rows = [{"leaves": i, "question": s.question, "answer": s.answer, "advantage Â": s.advantage,
              "reward R": s.reward, "round": r} for i, (s, r) in enumerate(eviction_order(buffer), start=1)]

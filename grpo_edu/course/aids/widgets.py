@@ -231,7 +231,7 @@ def kl_panel(beta=0.04, steps=150):
 def replay_mix_panel(num_new=128, replay_ratio=0.3, buffer_size=10_000):
     """Sliders for a step's new samples, the replay ratio and the buffer's size; shows
     ``replay.replay_composition`` and ``viz.mix_bar``."""
-    from grpo_edu.training.replay import replay_composition
+    from grpo_edu.training.trainers.replay import replay_composition
 
     controls = {
         "num_new": _int("new samples per step (B·G)", num_new, 8, 512, 8),
@@ -274,7 +274,7 @@ REWARD_GROUP = ("46", "47", "146", "4", "", "x6", "46", "9")
 def reward_weights_panel(completions=REWARD_GROUP, answer="46", correct=0.6, brevity=0.2, fmt=0.2):
     """Sliders over the weights of correctness, brevity and format; shows each component, the
     weighted reward R and the group advantages Â of one fixed group (``rewards.combine``)."""
-    from grpo_edu.training.rewards import brevity_reward, combine, correctness, format_reward
+    from grpo_edu.training.task.rewards import brevity_reward, combine, correctness, format_reward
 
     controls = {
         "correct": _float("w · correctness", correct, 0.0, 1.0, 0.05),

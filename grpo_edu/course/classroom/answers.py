@@ -63,7 +63,7 @@ def _status(cell):
 
 def lesson_file(lesson):
     """The course's own notebook of ``lesson`` ("07", "04b"), or None."""
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     found = sorted((ASSETS.parent / "lessons").glob(f"{lesson}_*.ipynb"))
     return found[0] if found else None

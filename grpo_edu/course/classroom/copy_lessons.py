@@ -30,7 +30,7 @@ MAX_BYTES = 200_000_000
 
 def lessons_dir():
     """The course's own lesson notebooks (``lessons/`` beside the package)."""
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     return ASSETS.parent / "lessons"
 

@@ -161,7 +161,7 @@ def sha256(path):
 
 def record_checksums(assets=None):
     """Write ``assets/CHECKSUMS.json`` from the bundled models as they are now (after rebuilding one)."""
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     assets = assets or ASSETS
     sums = {f"{folder}/{name}": sha256(assets / folder / name) for folder in MODEL_FOLDERS for name in CHECKED_FILES}
@@ -208,7 +208,7 @@ def _regular_file_inside(assets, name):
 
 def check_models(assets=None):
     """Every bundled model file matches its recorded SHA-256, and every model loads."""
-    from grpo_edu.training.models import ASSETS, load_model_and_tokenizer
+    from grpo_edu.training.model.models import ASSETS, load_model_and_tokenizer
 
     assets = assets or ASSETS
     fix = "reinstall the course (README); if you rebuilt a model on purpose, record it with " \

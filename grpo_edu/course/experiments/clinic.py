@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 
 from grpo_edu.beyond.diagnose import diagnose
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.rewards import brevity_reward, combine, correctness
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.task.rewards import brevity_reward, combine, correctness
 
 STEPS = 60
 """Steps of every clinic run: long enough for each illness to show, short enough for a lesson."""
@@ -111,7 +111,7 @@ def config(overrides, *, seed=0, steps=STEPS, **more):
 
 def run(overrides=None, reward="task", *, seed=0, steps=STEPS, progress=False):
     """Train one clinic run and return its trainer (``.history``, ``.evals``, ``.config``)."""
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     if reward not in REWARDS:
         raise ValueError(f"reward: unknown setup {reward!r}. Fix: use one of {', '.join(map(repr, REWARDS))}.")

@@ -20,10 +20,10 @@ import torch
 
 from grpo_edu.beyond import roofline
 from grpo_edu.beyond.step_cost import PARTS, flops_of_step, memory_parts, teacher_forced_flops, timed_step
-from grpo_edu.training import passes
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.rollout import completion_logprobs
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.rollouts import passes
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.rollouts.rollout import completion_logprobs
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 WORKLOADS = {
     "adder": dict(model="bundled", task="addition", max_completion_length=8),
@@ -206,8 +206,8 @@ def lora_drift(runs, *, workload="sums", seed=0, updates=2):
 
 
 def engine_table():
-    """The table in ``training/engine.py``'s docstring (text): what our engine does beside what vLLM does."""
-    from grpo_edu.training import engine
+    """The table in ``training/rollouts/engine.py``'s docstring (text): what our engine does beside what vLLM does."""
+    from grpo_edu.training.rollouts import engine
 
     lines = engine.__doc__.splitlines()
     rules = [i for i, line in enumerate(lines) if line.startswith("====")]
@@ -239,6 +239,6 @@ def model_config(workload):
     """The ``transformers`` config of a workload's model (its shape, for the FLOP count)."""
     from transformers import AutoConfig
 
-    from grpo_edu.training.models import locate_model
+    from grpo_edu.training.model.models import locate_model
 
     return AutoConfig.from_pretrained(str(locate_model(WORKLOADS[workload]["model"])[0]))

@@ -1,6 +1,6 @@
 """GRPO among its family, on one budget: ``grpo-edu family --seeds 0 1 2`` (or ``python -m grpo_edu.course.experiments.family``).
 
-Every method of ``grpo_edu.training.family.METHODS`` trains one start model for the same number of steps
+Every method of ``grpo_edu.training.trainers.family.METHODS`` trains one start model for the same number of steps
 with the same B·G answers sampled per step, and is scored the same way: the bundled adder (``--model adder``,
 the default; budget :data:`COMMON`) or lesson 11's sums model, whose worked answers run up to 42 tokens
 (``--model sums``; budget :data:`SUMS` on ``GRPOConfig.preset("sums")``). Lesson 13 reads the stored runs
@@ -77,14 +77,14 @@ def _check_model(model):
 
 def budget(model="adder"):
     """The ``GRPOConfig`` fields of ``model``'s comparison: the preset's (sums) under :data:`BUDGETS`' own."""
-    from grpo_edu.training.config import PRESETS
+    from grpo_edu.training.trainers.config import PRESETS
 
     _check_model(model)
     return {**PRESETS.get(model, {}), **BUDGETS[model]}
 
 
 def _config(seed, steps=None, eval_size=None, model="adder", num_iterations=None):
-    from grpo_edu.training.config import GRPOConfig
+    from grpo_edu.training.trainers.config import GRPOConfig
 
     settings = {**budget(model), "seed": seed}
     if num_iterations is not None:
@@ -122,8 +122,8 @@ def run_method(name, seed=0, *, steps=None, eval_size=None, model="adder", num_i
     :data:`METRICS`, ``tokens_to_target``, ``steps_to_target``, ``curve`` (training accuracy per step), and the
     means over the run of ``clip_fraction`` (the ratio clip), and for PPO ``value_clip_fraction`` and
     ``explained_variance`` (also ``explained_variance_last``, over the last quarter); ``info["trainer"]``."""
-    from grpo_edu.training.evaluation import answer_entropy
-    from grpo_edu.training.family import make_trainer
+    from grpo_edu.training.task.evaluation import answer_entropy
+    from grpo_edu.training.trainers.family import make_trainer
 
     if name not in ORDER + CONTROLS:
         raise ValueError(f"name: unknown method {name!r}. Fix: use one of {', '.join(ORDER + CONTROLS)}.")
@@ -196,9 +196,9 @@ def method_loss(name, model, rollout, rewards, *, critic=None, ref_logprobs=None
     from grpo_edu.core.gae import gae_advantages
     from grpo_edu.core.losses import grpo_loss
     from grpo_edu.core.rejection_sampling import select_correct, sft_loss
-    from grpo_edu.training.family import FamilyConfig
-    from grpo_edu.training.rollout import completion_logprobs
-    from grpo_edu.training.tools import trained_mask
+    from grpo_edu.training.trainers.family import FamilyConfig
+    from grpo_edu.training.rollouts.rollout import completion_logprobs
+    from grpo_edu.training.rollouts.tools import trained_mask
 
     f = family or FamilyConfig()
     mask = trained_mask(rollout)                                  # every method's rule (a tool's replies out)
@@ -243,11 +243,11 @@ def gradient_noise(names=ORDER, *, resamples=24, seed=0, batch_size=None, num_ge
 
     from grpo_edu.common.progress import progress_bar
 
-    from grpo_edu.training.critic import Critic
-    from grpo_edu.training.engine import generate
-    from grpo_edu.training.rollout import completion_logprobs
+    from grpo_edu.training.model.critic import Critic
+    from grpo_edu.training.rollouts.engine import generate
+    from grpo_edu.training.rollouts.rollout import completion_logprobs
 
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     config = _config(seed, eval_size=0, model=model)
     if num_generations is not None:                                # the rewards are scored in groups of G
@@ -301,7 +301,7 @@ def _step_cost_child(name, steps, warmup, model="adder"):
 
     import torch
 
-    from grpo_edu.training.family import make_trainer
+    from grpo_edu.training.trainers.family import make_trainer
 
     config = _config(0, steps=steps + warmup, eval_size=0, model=model)
     trainer = make_trainer(name, config)
@@ -350,7 +350,7 @@ def stored_runs(folder=None, model="adder", methods=None):
 
     from grpo_edu.common import _checks
     from grpo_edu.course import variants
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     _check_model(model)
     folder = Path(folder) if folder is not None else ASSETS / FAMILY_DIRS[model]
@@ -387,7 +387,7 @@ UPDATES_DIR = "family-updates4"
 
 def stored_updates(folder=None):
     """The stored runs with four updates per batch (:data:`UPDATES_DIR`), as :func:`stored_runs` reads a folder."""
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     return stored_runs(folder if folder is not None else ASSETS / UPDATES_DIR)
 

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.training.rollout import generate
-from grpo_edu.training.tasks import get_task
+from grpo_edu.training.rollouts.rollout import generate
+from grpo_edu.training.task.tasks import get_task
 
 
 @dataclass
@@ -130,8 +130,8 @@ def phase_a(model, tokenizer, notebook_file, *, seed=0, probes=None, progress=Tr
 
     Returns (trainer, PhaseRecord); the file is closed and ready for phase B to copy.
     """
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(GRPOConfig(task=TASK_A, total_training_steps=PHASE_A_STEPS, eval_size=0, seed=seed,
                                      replay_path=str(notebook_file)), model=model, tokenizer=tokenizer)
@@ -165,8 +165,8 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
     import shutil
     from pathlib import Path
 
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     notebook_file = Path(notebook_file)
     notebook = notebook_file.with_name(f"{notebook_file.stem}_lr{learning_rate:g}_replay{replay_ratio:g}"
@@ -199,7 +199,7 @@ def main(argv=None):
     import warnings
     from pathlib import Path
 
-    from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
+    from grpo_edu.training.model.models import load_model_and_tokenizer, two_task_model_dir
 
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.forgetting", description=main.__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

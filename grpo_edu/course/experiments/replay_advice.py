@@ -35,7 +35,7 @@ import warnings
 from pathlib import Path
 
 from grpo_edu.course.experiments import forgetting
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.model.models import ASSETS
 
 ASSETS_FOLDER = ASSETS / "replay-advice"
 """Where the stored runs lesson 06 reads live (seeds 0–2, this CPU's kernels and the portable ones)."""
@@ -92,8 +92,8 @@ def summarize(name, record, *, seed, batch_size, num_generations):
 
 def run_seed(seed, names=None, *, out=sys.stdout):
     """Phase A once for ``seed``, then phase B once per variant; prints and returns one row per run."""
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.models import load_model_and_tokenizer, two_task_model_dir
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.model.models import load_model_and_tokenizer, two_task_model_dir
 
     unknown = [n for n in names or () if n not in VARIANTS]
     if unknown:

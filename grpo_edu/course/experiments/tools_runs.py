@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from grpo_edu.common._checks import choice, fail, positive_int, write_result_file
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.model.models import ASSETS
 
 BONUS = 0.5
 """Reward per call in the ``bonus`` setting."""
@@ -49,7 +49,7 @@ STORED = ASSETS / "tools-runs"
 
 def per_call_reward(amount):
     """A reward function paying ``amount`` per call in each completion (negative: a cost)."""
-    from grpo_edu.training.calc import calls_in
+    from grpo_edu.training.task.calc import calls_in
 
     def call_reward(prompts, completions, **kwargs):
         return [amount * calls_in(c) for c in completions]
@@ -62,7 +62,7 @@ def _reply_logprob(model, tokenizer, rows, task):
     """Mean log π of the calculator's reply tokens in ``[a+b]=s#s`` for ``rows`` (teacher forcing)."""
     import torch
 
-    from grpo_edu.training.rollout import completion_logprobs, rollout_from_text
+    from grpo_edu.training.rollouts.rollout import completion_logprobs, rollout_from_text
 
     texts = [task.demonstration(r, True) for r in rows]
     rollout = rollout_from_text(tokenizer, [r["prompt"] for r in rows], texts)
@@ -101,11 +101,11 @@ def run(setting="outcome", *, seed=0, steps=20, batch_size=8, num_generations=8,
     choice("setting", setting, SETTINGS)
     positive_int("steps", steps)
     positive_int("eval_prompts", eval_prompts)
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.models import calc_model_dir, load_model_and_tokenizer
-    from grpo_edu.training.tasks import get_task
-    from grpo_edu.training.tools import Tool
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.model.models import calc_model_dir, load_model_and_tokenizer
+    from grpo_edu.training.task.tasks import get_task
+    from grpo_edu.training.rollouts.tools import Tool
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     task = get_task("calc")
     model = model or str(calc_model_dir())

@@ -49,8 +49,8 @@ def run_variant(name, seed=0, *, steps=None, eval_size=None, progress=False):
     and ``curve`` (the training reward per step). ``info``: ``trainer`` (its ``history`` and ``model``).
     ``steps`` and ``eval_size`` (held-out prompts) override :data:`COMMON`'s.
     """
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     if name not in VARIANTS:
         raise ValueError(f"name: unknown variant {name!r}. Fix: use one of {', '.join(VARIANTS)}.")
@@ -116,7 +116,7 @@ def stored_race(folder=None):
     from pathlib import Path
 
     from grpo_edu.common import _checks
-    from grpo_edu.training.models import ASSETS
+    from grpo_edu.training.model.models import ASSETS
 
     folder = Path(folder) if folder is not None else ASSETS / RACE_DIR
     files = sorted(folder.glob("*.json"))
@@ -139,8 +139,8 @@ def step_times(names=tuple(VARIANTS), *, steps=6, warmup=2, seed=0):
     evaluation): {variant: {"s_per_step", "completions_per_step", "vs_grpo"}}. The race's own
     ``seconds`` include evaluation and, when races run side by side, other processes' load; this
     is the clean comparison (``grpo-edu variants --time``)."""
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     out = {}
     for name in names:

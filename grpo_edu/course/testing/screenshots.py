@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpo_edu.training.models import ASSETS
+from grpo_edu.training.model.models import ASSETS
 
 FIGURES = ASSETS / "figures"
 
@@ -83,8 +83,8 @@ def site_screenshot(out=FIGURES / "site_lesson.png", lesson="04_clipped_loss", s
 
 def main_job_curves(out=FIGURES / "main_job_curves.png"):
     from grpo_edu.course.aids import viz
-    from grpo_edu.training.config import GRPOConfig
-    from grpo_edu.training.trainer import GRPOTrainer
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     trainer = GRPOTrainer(GRPOConfig())                   # exactly grpo-edu train's defaults
     trainer.train(progress=True)

@@ -16,12 +16,13 @@ from pathlib import Path
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.training import checkpoint as ckpt, lora, run_folder
-from grpo_edu.training.config import GRPOConfig
+from grpo_edu.training.runs import checkpoint as ckpt, run_folder
+from grpo_edu.training.model import lora
+from grpo_edu.training.trainers.config import GRPOConfig
 
 
 class CheckpointedRun:
-    """The checkpoint methods of :class:`~grpo_edu.training.trainer.GRPOTrainer` (a mixin: it reads the trainer's
+    """The checkpoint methods of :class:`~grpo_edu.training.trainers.trainer.GRPOTrainer` (a mixin: it reads the trainer's
     ``config``, ``model``, ``optimizer``, ``history`` and the rest)."""
 
     # --- checkpoints ---------------------------------------------------------------------
@@ -70,7 +71,7 @@ class CheckpointedRun:
         self._saved = (self.step_count, len(self.evals))
         return path
 
-    # --- the method, as a checkpoint records it (training/family.py's trainers add their own) ----------
+    # --- the method, as a checkpoint records it (training/trainers/family.py's trainers add their own) ----------
     @property
     def method_name(self):
         """The method's name in ``family.METHODS``, stored in each checkpoint: "grpo", or "reinforce" when

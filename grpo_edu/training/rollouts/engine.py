@@ -35,7 +35,7 @@ into the weights it reads (W + (α/r)·B·A, as TRL merges before vLLM samples).
 through its own ``transformers`` forward and KV cache, still dropping finished rows, and says why in one
 line: slower, never silently wrong.
 
-The return value is :class:`~grpo_edu.training.rollout.Rollout`, exactly as ``rollout.generate``
+The return value is :class:`~grpo_edu.training.rollouts.rollout.Rollout`, exactly as ``rollout.generate``
 makes it (left-padded prompts, pad after the first EOS, the mask up to and including it, log-probs at
 the temperature). The answers come from the same distribution but not from the same random numbers:
 when rows leave the batch, the next draw of ``torch.multinomial`` lands on other rows, so a seed gives
@@ -53,8 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from grpo_edu.common import _checks
-from grpo_edu.training import lora
-from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions, check_readable
+from grpo_edu.training.model import lora
+from grpo_edu.training.rollouts.rollout import Rollout, _cache_name, _check_args, _positions, check_readable
 
 FAST_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 """RoPE types whose angles depend on the position only (so one table serves every step); "dynamic"

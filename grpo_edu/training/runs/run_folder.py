@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from grpo_edu.common import _checks, locks
-from grpo_edu.training.checkpoint import (LATEST, TEMPORARY, CheckpointError, checkpoint_folders, remove_path,
+from grpo_edu.training.runs.checkpoint import (LATEST, TEMPORARY, CheckpointError, checkpoint_folders, remove_path,
                                           run_id_of)
 
 LOCK = ".grpo_edu.lock"

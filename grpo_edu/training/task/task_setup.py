@@ -17,12 +17,12 @@ calc        assets/tiny-calc        ``tools.Tool()``: the calculator
 """
 
 from grpo_edu.common import _checks
-from grpo_edu.training.config import PRESETS, TASK_PRESETS
+from grpo_edu.training.trainers.config import PRESETS, TASK_PRESETS
 
 
 def bundled_model_of(task_name):
     """The bundled model name a task starts from (``bundled-calc`` for calc), or "bundled" (the adder)."""
-    from grpo_edu.training.config import BUNDLED_MODEL
+    from grpo_edu.training.trainers.config import BUNDLED_MODEL
 
     return PRESETS[TASK_PRESETS[task_name]]["model"] if task_name in TASK_PRESETS else BUNDLED_MODEL
 
@@ -31,7 +31,7 @@ def tool_for(task):
     """The tool a task is answered with: the calculator (``tools.Tool()``) for a task that says
     ``uses_calculator``, else None."""
     if getattr(task, "uses_calculator", False):
-        from grpo_edu.training.tools import Tool
+        from grpo_edu.training.rollouts.tools import Tool
 
         return Tool()
     return None
@@ -72,7 +72,7 @@ def check_model_for_task(model, task, tool=None, *, trust_remote_code=False, arg
     weights load), so the refusal comes before any work."""
     from transformers import AutoTokenizer
 
-    from grpo_edu.training.models import locate_model
+    from grpo_edu.training.model.models import locate_model
 
     source, info = locate_model(model)
     if info["kind"] == "hub":                  # a hub model's tokenizer is the loader's to fetch and check

@@ -8,7 +8,7 @@
 Each turn samples every unfinished row until ``<eos>``, the tool's ``call_end``, or the row's budget
 (``max_new_tokens`` counts all completion tokens, the tool's included, like TRL's
 ``max_completion_length``). A row that stopped at ``call_end`` gets its call run
-(:meth:`~grpo_edu.training.tools.Tool.run`, contained), the reply's tokens appended, and resumes in the
+(:meth:`~grpo_edu.training.rollouts.tools.Tool.run`, contained), the reply's tokens appended, and resumes in the
 next turn, up to ``tool.max_calls`` calls; after the last one ``call_end`` is an ordinary token.
 
 Turns are joined **as token ids**, never by decoding the text and encoding it again: a tokenizer is
@@ -18,15 +18,15 @@ sees (``tests/test_tools.py`` checks it). Each turn re-reads its rows' whole pre
 is kept across turns: simple, and cheap at this size), then decodes with the cache, as
 ``rollout.generate`` does.
 
-The result is a :class:`~grpo_edu.training.rollout.Rollout` with ``tool_mask`` (N, T), and
+The result is a :class:`~grpo_edu.training.rollouts.rollout.Rollout` with ``tool_mask`` (N, T), and
 ``tool_calls`` / ``tool_failures`` per row. ``logprobs`` is 0 on the tool's tokens: they were not
-sampled from π_θold, and :func:`~grpo_edu.training.tools.loss_mask` keeps them out of the loss.
+sampled from π_θold, and :func:`~grpo_edu.training.rollouts.tools.loss_mask` keeps them out of the loss.
 Shapes: N = B·G rows, L a turn's longest prefix, T completion tokens.
 """
 
 import torch
 
-from grpo_edu.training.rollout import Rollout, _cache_name, _check_args, _positions, check_readable
+from grpo_edu.training.rollouts.rollout import Rollout, _cache_name, _check_args, _positions, check_readable
 
 
 def _left_padded(rows, pad, device):

@@ -10,7 +10,7 @@ Stopped there, the model already writes the format (digits, then ``<eos>``) and 
 prompts puts real but not overwhelming probability on the right answer, which is the
 starting point where GRPO has the most to do and the most signal to do it with.
 
-Run ``grpo-edu make-model`` (or ``python -m grpo_edu.training.make_model --out assets/tiny-adder``;
+Run ``grpo-edu make-model`` (or ``python -m grpo_edu.training.model.make_model --out assets/tiny-adder``;
 about a minute on a 2-core laptop). The same seed gives byte-identical
 ``model.safetensors`` on one machine. The command writes nothing unless the new model's
 accuracy lands in :data:`BAND`: it is built aside and only then moved into place, so a
@@ -31,15 +31,15 @@ import time
 from pathlib import Path
 
 from grpo_edu.common._checks import choice, fail, positive_float, positive_int, unwritable_folder
-from grpo_edu.training.evaluation import evaluate_accuracy, sample_completions
+from grpo_edu.training.task.evaluation import evaluate_accuracy, sample_completions
 
 RECIPE_SAMPLER = "loop"
 """The sampler that measured the bundled models in assets/ (their recipes and numbers): the loop, which was the
 only one when they were made; the engine draws the same distribution with other random numbers, so keeping the
 loop here keeps every recipe reproducible to the digit."""
-from grpo_edu.training.models import ASSETS
-from grpo_edu.training.tasks import get_task
-from grpo_edu.training.tokenizer import CHARS, build_char_tokenizer, save_char_tokenizer
+from grpo_edu.training.model.models import ASSETS
+from grpo_edu.training.task.tasks import get_task
+from grpo_edu.training.model.tokenizer import CHARS, build_char_tokenizer, save_char_tokenizer
 
 BUNDLED_DIR = ASSETS / "tiny-adder"
 DEFAULT_OUT = str(BUNDLED_DIR)
@@ -306,8 +306,8 @@ def _demonstrations(task, worked_fraction, seed) -> list[dict]:
 
 def _tool_accuracy(model, tokenizer, rows, task, stop_metric, max_new_tokens):
     """Held-out accuracy of a task answered with the calculator in the loop (``multi_turn``)."""
-    from grpo_edu.training.multi_turn import evaluate_with_tools
-    from grpo_edu.training.tools import Tool
+    from grpo_edu.training.rollouts.multi_turn import evaluate_with_tools
+    from grpo_edu.training.rollouts.tools import Tool
 
     return evaluate_with_tools(model, tokenizer, rows, task, Tool(), temperature=0 if stop_metric == "greedy" else 1.0,
                                max_new_tokens=max_new_tokens)["accuracy"]
@@ -358,8 +358,8 @@ def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens)
 def _measure_with_tool(model, tokenizer, rows, task, eval_samples, sampling) -> dict:
     """The starting numbers of a model that may call the calculator: accuracy with and without a call,
     how often it calls, how often a call fails, and the share well formed (lesson 15)."""
-    from grpo_edu.training.multi_turn import evaluate_with_tools, sample_with_tools
-    from grpo_edu.training.tools import Tool
+    from grpo_edu.training.rollouts.multi_turn import evaluate_with_tools, sample_with_tools
+    from grpo_edu.training.rollouts.tools import Tool
 
     texts, stopped, calls, failures = sample_with_tools(model, tokenizer, [r["prompt"] for r in rows], Tool(),
                                                         temperature=1.0, num_samples=eval_samples, **sampling)
@@ -413,7 +413,7 @@ def _command(out_dir, **options) -> str:
                     if name in defaults and value != defaults[name])        # not --progress: no flag of the model
     if Path(out_dir).resolve().parent == ASSETS.resolve():
         out_dir = f"assets/{Path(out_dir).name}"   # as run from the repository root
-    return f"python -m grpo_edu.training.make_model --out {out_dir}{flags}"
+    return f"python -m grpo_edu.training.model.make_model --out {out_dir}{flags}"
 
 
 def _save(model, tokenizer, out_dir, summary, history) -> None:
@@ -451,7 +451,7 @@ def _save_into_place(model, tokenizer, out_dir, summary, history) -> None:
 
 
 def main(argv=None) -> int:
-    """Command line: ``python -m grpo_edu.training.make_model [--out DIR] [--seed N] ...``.
+    """Command line: ``python -m grpo_edu.training.model.make_model [--out DIR] [--seed N] ...``.
 
     Writes ``--out`` only when the model's sampled accuracy lands in :data:`BAND`.
     """
@@ -459,7 +459,7 @@ def main(argv=None) -> int:
 
     defaults = _option_defaults()
     parser = argparse.ArgumentParser(
-        prog="python -m grpo_edu.training.make_model",
+        prog="python -m grpo_edu.training.model.make_model",
         description="Warm up the tiny Llama on a task and save it for GRPO; nothing is written unless its "
                     f"held-out sampled accuracy lands in {BAND}.")
     parser.add_argument("--out", default=DEFAULT_OUT,

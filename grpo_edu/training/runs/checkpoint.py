@@ -4,7 +4,7 @@ A run's output folder holds:
 
 * ``checkpoint-000040/`` …: one folder per saved step (below);
 * ``latest.json``: names the newest checkpoint and the run that wrote it;
-* ``.grpo_edu.lock``: present while a process writes there (see ``grpo_edu.training.run_folder``).
+* ``.grpo_edu.lock``: present while a process writes there (see ``grpo_edu.training.runs.run_folder``).
 
 A checkpoint folder holds:
 
@@ -27,7 +27,7 @@ mid-write leaves the previous checkpoint and pointer intact.
 Nothing here deletes a file this run did not write. Every run has an id; old checkpoints
 are rotated only among those carrying this run's id, so ``checkpoint-best`` or an earlier
 run's folders are never touched. That one folder holds one run at a time is
-``grpo_edu.training.run_folder``'s job. Every file read is checked first: a damaged one is named,
+``grpo_edu.training.runs.run_folder``'s job. Every file read is checked first: a damaged one is named,
 with the newest intact checkpoint to use instead.
 """
 
@@ -334,7 +334,7 @@ def save_policy(model, folder):
     import copy
     import warnings
 
-    from grpo_edu.training import lora
+    from grpo_edu.training.model import lora
 
     folder = Path(folder)
     if not lora.is_lora(model):

@@ -11,8 +11,8 @@ import math
 import torch
 
 from grpo_edu.common._checks import fail, positive_float, positive_int
-from grpo_edu.training import engine
-from grpo_edu.training.rollout import completion_logprobs, generate, rollout_from_text
+from grpo_edu.training.rollouts import engine
+from grpo_edu.training.rollouts.rollout import completion_logprobs, generate, rollout_from_text
 
 SAMPLERS = {"engine": engine.generate, "loop": generate}
 """``GRPOConfig.sampler``'s choices: the same distribution, other random numbers (greedy answers are equal)."""

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 from grpo_edu.common._checks import choice, fail, positive_int
-from grpo_edu.training.sums import final_answer
+from grpo_edu.training.task.sums import final_answer
 
 SPLITS = ("train", "heldout")
 FORMAT = re.compile(r"^(?:\[\d+\+\d+\]=-?\d+)?#\d+$")

@@ -162,7 +162,7 @@ TASKS: dict[str, Task] = {
 }
 
 
-from grpo_edu.training.sums import SumsTask  # noqa: E402  (the long-answer task builds on nothing above)
+from grpo_edu.training.task.sums import SumsTask  # noqa: E402  (the long-answer task builds on nothing above)
 
 TASKS["sums"] = SumsTask(
     name="sums",
@@ -170,7 +170,7 @@ TASKS["sums"] = SumsTask(
                 "'3+8=11;11+5=16#16' or '#16'. 500 held out, 20000 to train on. Answers run from 3 to 39 "
                 "characters: the task of lesson 11 (long answers) and its model, assets/tiny-sums.")
 
-from grpo_edu.training.calc import CalcTask  # noqa: E402  (the tool task builds on sums' answer format)
+from grpo_edu.training.task.calc import CalcTask  # noqa: E402  (the tool task builds on sums' answer format)
 
 TASKS["calc"] = CalcTask(
     name="calc",

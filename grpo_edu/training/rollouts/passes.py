@@ -38,7 +38,7 @@ import sys
 
 import torch
 
-from grpo_edu.training.rollout import _cache_name, _positions, completion_logprobs, token_logprobs
+from grpo_edu.training.rollouts.rollout import _cache_name, _positions, completion_logprobs, token_logprobs
 
 _unshared = set()
 """Model classes whose forward gave no plain key/value cache to share (told once, then computed unshared)."""
@@ -278,6 +278,6 @@ def shared_prompt_logprobs(model, prompt_ids, prompt_mask, completion_ids, compl
 
 
 def rollout_logprobs(model, rollout, rows=slice(None), **kwargs):
-    """:func:`answer_logprobs` of a :class:`~grpo_edu.training.rollout.Rollout`'s ``rows`` (all by default)."""
+    """:func:`answer_logprobs` of a :class:`~grpo_edu.training.rollouts.rollout.Rollout`'s ``rows`` (all by default)."""
     return answer_logprobs(model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows],
                            rollout.completion_mask[rows], **kwargs)

@@ -22,9 +22,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from grpo_edu.common import _checks
-from grpo_edu.training.config import BUNDLED_CALC_MODEL, BUNDLED_MODEL, BUNDLED_SUMS_MODEL
+from grpo_edu.training.trainers.config import BUNDLED_CALC_MODEL, BUNDLED_MODEL, BUNDLED_SUMS_MODEL
 
-ASSETS = (Path(__file__).resolve().parents[1] / "_bundle" / "assets").resolve()
+ASSETS = (Path(__file__).resolve().parents[2] / "_bundle" / "assets").resolve()
 """The bundled models and data: ``grpo_edu/_bundle/assets``, which in a checkout is a link to the repository's
 ``assets/`` and in an installed wheel the copy the wheel carries (with the lessons beside it)."""
 
@@ -54,21 +54,21 @@ def bundled_model_dir():
 def two_task_model_dir():
     """Path of lesson 06's model, which half knows addition *and* subtraction (``assets/tiny-two-tasks``)."""
     return _asset_model("tiny-two-tasks", "the two-task model",
-                        "rebuild it with: python -m grpo_edu.training.make_model --out assets/tiny-two-tasks "
+                        "rebuild it with: python -m grpo_edu.training.model.make_model --out assets/tiny-two-tasks "
                         "--task addition,subtraction --max-steps 2000 --stop-at 0.999 --check-every 500")
 
 
 def sums_model_dir():
     """Path of lesson 11's model, which writes its working (``assets/tiny-sums``, the ``sums`` task)."""
     return _asset_model("tiny-sums", "the long-answer model",
-                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.make_model "
+                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.model.make_model "
                         "--out assets/tiny-sums --task sums …; about 4 minutes on a 2-core CPU)")
 
 
 def calc_model_dir():
     """Path of lesson 15's model, which may call a calculator (``assets/tiny-calc``, the ``calc`` task)."""
     return _asset_model("tiny-calc", "the calculator model",
-                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.make_model "
+                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.model.make_model "
                         "--out assets/tiny-calc --task calc …; about 4 minutes on a 2-core CPU)")
 
 def _looks_like_path(name):
@@ -116,7 +116,7 @@ def hub_unreachable():
 
 def _check_model_dir(path, arg="model"):
     """A local model folder must hold config.json, a tokenizer and complete safetensors weights."""
-    from grpo_edu.training import checkpoint as ckpt
+    from grpo_edu.training.runs import checkpoint as ckpt
 
     if not (path / "config.json").exists():
         _checks.fail(arg, f"{path} has no config.json, so it is not a model directory",
@@ -150,7 +150,7 @@ def locate_model(name_or_path):
     ``info["kind"]`` is "bundled", "folder", "run" (a run's output folder: ``info["checkpoint"]``
     is its latest checkpoint) or "hub". Local folders are checked here (see the module doc).
     """
-    from grpo_edu.training import checkpoint as ckpt
+    from grpo_edu.training.runs import checkpoint as ckpt
 
     if name_or_path == BUNDLED_MODEL:
         return str(bundled_model_dir()), {"kind": "bundled"}

@@ -1,6 +1,6 @@
 """GRPO's family as trainers: PPO with a critic, REINFORCE, rejection-sampling fine-tuning, DPO (lesson 13).
 
-Every method here takes the same steps as :class:`~grpo_edu.training.trainer.GRPOTrainer`, on the same
+Every method here takes the same steps as :class:`~grpo_edu.training.trainers.trainer.GRPOTrainer`, on the same
 prompts, with the same B·G answers sampled per step (the config's ``batch_size`` and ``num_generations``);
 only what a step learns from those answers differs. Each trainer's ``step()`` reads like its algorithm box:
 
@@ -48,10 +48,10 @@ from grpo_edu.core.dpo import dpo_log, dpo_loss, preference_pairs, sequence_logp
 from grpo_edu.core.gae import explained_variance, gae_advantages, value_loss
 from grpo_edu.core.rejection_sampling import NORMALISERS, select_correct, sft_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training.critic import Critic
-from grpo_edu.training.rollout import completion_logprobs
-from grpo_edu.training.tools import trained_mask
-from grpo_edu.training.trainer import GRPOTrainer
+from grpo_edu.training.model.critic import Critic
+from grpo_edu.training.rollouts.rollout import completion_logprobs
+from grpo_edu.training.rollouts.tools import trained_mask
+from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class _FamilyTrainer(GRPOTrainer):
         self.family = family if family is not None else FamilyConfig()
         if not isinstance(self.family, FamilyConfig):
             _checks.fail("family", f"must be a FamilyConfig, got {type(self.family).__name__}",
-                         "pass family=FamilyConfig(…) (grpo_edu.training.family)")
+                         "pass family=FamilyConfig(…) (grpo_edu.training.trainers.family)")
         super().__init__(config, **kwargs)
 
     def _finish(self, step, t0, rows, rollout, rewards, reward_info, update):
@@ -166,7 +166,7 @@ class _FamilyTrainer(GRPOTrainer):
 
     def _method_state(self):
         """PPO's critic: its weights (``critic.*``) and its optimizer's state (``critic_optim.*``); others: none."""
-        from grpo_edu.training.checkpoint import flatten_optimizer
+        from grpo_edu.training.runs.checkpoint import flatten_optimizer
 
         if getattr(self, "critic", None) is None:
             return {}, {}
@@ -175,7 +175,7 @@ class _FamilyTrainer(GRPOTrainer):
         return {"critic_optimizer": meta}, tensors
 
     def _restore_method_state(self, state, tensors, folder):
-        from grpo_edu.training.checkpoint import CheckpointError, unflatten_optimizer
+        from grpo_edu.training.runs.checkpoint import CheckpointError, unflatten_optimizer
 
         if getattr(self, "critic", None) is None:
             return

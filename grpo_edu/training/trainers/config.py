@@ -33,7 +33,7 @@ from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens
 solution and its ``<eos>``; the learning rate, β, G and the rest stay the defaults, measured to learn there.
 ``calc``: lesson 15's tool task on ``assets/tiny-calc``, with the settings of its runs
 (``course/experiments/tools_runs.py``): 24 tokens hold a call, its reply and the answer; the calculator is in
-the loop wherever the task is ``calc`` (``training/task_setup.py``)."""
+the loop wherever the task is ``calc`` (``training/task/task_setup.py``)."""
 
 TASK_PRESETS = {"sums": "sums", "calc": "calc"}
 """A task that needs its own model: ``grpo-edu train --task NAME`` without ``--preset`` starts from this preset
@@ -49,7 +49,7 @@ CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "lr_scheduler_type": ("linear", "constant"),
 }
-"""The allowed values of the choice fields (``task`` takes a name from ``grpo_edu.training.tasks.TASKS``)."""
+"""The allowed values of the choice fields (``task`` takes a name from ``grpo_edu.training.task.tasks.TASKS``)."""
 
 LIMITS = {
     "learning_rate": (0.0, 0.1, "AdamW moves every weight by about the learning rate each step, so at 1 the bundled "
@@ -102,7 +102,7 @@ class GRPOConfig:
     """A local model directory, a run's output folder (its latest checkpoint), a Hugging Face hub name
     (needs internet), or "bundled"."""
     task: str = "addition"
-    """Verifiable task giving the prompts and the reward (``grpo_edu.training.tasks.TASKS``)."""
+    """Verifiable task giving the prompts and the reward (``grpo_edu.training.task.tasks.TASKS``)."""
     dataset: str | None = None
     """Optional prompt file (.json/.jsonl/.csv with "prompt" and "answer") instead of the task's train split."""
 
@@ -248,7 +248,7 @@ class GRPOConfig:
             _checks.positive_float(name, getattr(self, name))
         for name in ("beta", "max_grad_norm", "entropy_coef"):
             _checks.positive_float(name, getattr(self, name), allow_zero=True)
-        from grpo_edu.training.lora import check_alpha, check_settings
+        from grpo_edu.training.model.lora import check_alpha, check_settings
 
         check_alpha(self.lora_alpha)                  # NaN or 1e30 is an error with LoRA off too
         for name, limits in LIMITS.items():
@@ -349,7 +349,7 @@ class GRPOConfig:
             warnings.warn(text, stacklevel=5)
 
     def _check_replay(self):
-        from grpo_edu.training.replay import check_path, check_replay_ratio, warn_unadvised_ratio
+        from grpo_edu.training.trainers.replay import check_path, check_replay_ratio, warn_unadvised_ratio
 
         check_replay_ratio(self.replay_ratio)
         warn_unadvised_ratio(self.replay_ratio, stacklevel=4)

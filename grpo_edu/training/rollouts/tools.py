@@ -1,7 +1,7 @@
 """Tools a policy may call in the middle of its answer: the call syntax, a calculator, and containment.
 
 A model calls a tool by writing its syntax, e.g. ``[12+345]``: ``call_start``, the call's text, then
-``call_end``. The sampler (:mod:`grpo_edu.training.multi_turn`) stops the row there, hands the text to
+``call_end``. The sampler (:mod:`grpo_edu.training.rollouts.multi_turn`) stops the row there, hands the text to
 the tool, appends the tool's reply (``=357``) as tokens the *environment* wrote, and lets the model
 write on. Those reply tokens are not the policy's: their tool mask is 0 (TRL's convention: 1 on tokens
 the model wrote, 0 on the tool's), and :func:`loss_mask` keeps them out of the ratio, the KL and the
@@ -371,7 +371,7 @@ def tool_mask_of(ids, call_end_id, reply_lengths):
     ``reply_lengths[k]`` tokens are the tool's (0), every other token the model's (1).
 
     A ``call_end`` inside a reply is the tool's text, not a call: the walk skips replies whole. This is
-    what :func:`~grpo_edu.training.multi_turn.generate_with_tools` records as it samples (lesson 15's
+    what :func:`~grpo_edu.training.rollouts.multi_turn.generate_with_tools` records as it samples (lesson 15's
     exercise rebuilds it).
     """
     mask, replies, i = [], list(reply_lengths), 0

@@ -39,7 +39,7 @@ from the last round already in a reopened buffer file.
 
 A step counts only once its update is done: a step stopped by an error (a reward function's)
 or by Jupyter's Stop button runs again, with the same samples, at the next ``step()`` or
-``train()``. ``output_dir`` belongs to one run at a time (see ``grpo_edu.training.run_folder``).
+``train()``. ``output_dir`` belongs to one run at a time (see ``grpo_edu.training.runs.run_folder``).
 """
 
 import contextlib
@@ -52,14 +52,16 @@ from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training import checkpoint as ckpt, engine, lora, multi_turn, passes, run_folder
-from grpo_edu.training.config import GRPOConfig
-from grpo_edu.training.evaluation import evaluate_run
-from grpo_edu.training.models import load_model_and_tokenizer, pick_device
-from grpo_edu.training.replay import ReplayBuffer, ReplaySample
-from grpo_edu.training.run_state import CheckpointedRun
-from grpo_edu.training.rewards import compute_rewards
-from grpo_edu.training.rollout import (
+from grpo_edu.training.runs import checkpoint as ckpt, run_folder
+from grpo_edu.training.rollouts import engine, multi_turn, passes
+from grpo_edu.training.model import lora
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.task.evaluation import evaluate_run
+from grpo_edu.training.model.models import load_model_and_tokenizer, pick_device
+from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
+from grpo_edu.training.trainers.run_state import CheckpointedRun
+from grpo_edu.training.task.rewards import compute_rewards
+from grpo_edu.training.rollouts.rollout import (
     answer_token_ids,
     check_prompts,
     completion_logprobs,
@@ -71,8 +73,8 @@ from grpo_edu.training.rollout import (
     select_groups,
     token_lists,
 )
-from grpo_edu.training.tasks import get_task, load_prompts
-from grpo_edu.training.tools import Tool, tool_stats, trained_mask
+from grpo_edu.training.task.tasks import get_task, load_prompts
+from grpo_edu.training.rollouts.tools import Tool, tool_stats, trained_mask
 
 
 def unchanged_reason(history):
@@ -107,7 +109,7 @@ class GRPOTrainer(CheckpointedRun):
     task, for prompts of your own (``grpo_edu.beyond.word_problems.WordProblems``).
     """
 
-    method = "GRPO"   # the progress bar's name; the family's trainers (training/family.py) name their own
+    method = "GRPO"   # the progress bar's name; the family's trainers (training/trainers/family.py) name their own
 
     def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
                  reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None,

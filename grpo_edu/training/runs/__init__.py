@@ -1,0 +1,1 @@
+"""A run on disk: atomic checkpoints that resume exactly, and one run per output folder."""
