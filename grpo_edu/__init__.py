@@ -20,7 +20,7 @@ checks every import in the source):
     ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
     ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
 
-``training/`` — the training loop and what it needs (lessons 05–08), in five rooms (``from grpo_edu.training import trainer``)
+``training/`` — the training loop and what it needs (lessons 05–08, 16), in six rooms (``from grpo_edu.training import trainer``)
   ``model/`` — the model
     ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
@@ -49,6 +49,12 @@ checks every import in the source):
   ``runs/`` — a run on disk
     ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
     ``run_folder``      one run per output folder: a lock, and no mixing with another run
+  ``text/`` — real text: a chat model's template, end token and free-text answers (lesson 16)
+    ``chat``            a conversational prompt rendered through the chat template as TRL renders it; TRL's rows
+    ``completion_mask`` the assistant's tokens up to and including its end token; each token's role
+    ``extraction``      the answer pulled from free text: strict (the tag) and lenient (the last number)
+    ``format_reward``   a reward for ``<think>…</think><answer>…</answer>``, by a regular expression
+    ``drift``           decode-then-encode drift between the sampled ids and the re-encoded text
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names

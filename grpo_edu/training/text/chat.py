@@ -1,0 +1,146 @@
+"""A conversational prompt rendered through the tokenizer's chat template, as TRL renders it.
+
+A chat dataset row holds messages, not text: ``{"prompt": [{"role": "system", …}, {"role": "user", …}]}``
+(TRL calls this the *conversational* form, ``trl.data_utils.is_conversational``). The trainer renders it with
+``tokenizer.apply_chat_template(messages, add_generation_prompt=True)``: each message wrapped in the template's
+tokens, then the assistant's turn opened (``<|im_start|>assistant\\n``) so that the model's first token is its
+answer's first token. TRL 1.16 does exactly this in ``GRPOTrainer._tokenize_prompts``; :func:`render_prompt`
+returns the same ids (``tests/test_text.py`` proves it against TRL's own method).
+
+Passing the prompt as a plain string skips all of it: the model sees a question it was never trained to
+answer in that form, no assistant turn is opened, and it never writes ``<|im_end|>`` (lesson 16's clinic,
+case "no chat template").
+
+Refused before any work, each naming the field and the fix (:func:`check_chat_tokenizer`,
+:func:`check_conversational_rows`): a tokenizer without an end token, a template that does not render, a
+template whose assistant turn does not close with the tokenizer's end token, and a dataset row without the
+fields a conversational prompt needs.
+"""
+
+from __future__ import annotations
+
+from grpo_edu.common._checks import fail
+
+ROLES = ("system", "user", "assistant")
+"""The roles a message may have here (tool messages belong to lesson 15's rollouts)."""
+
+
+def conversation(question, *, system=None):
+    """The messages of one prompt: an optional system turn, then the user's question."""
+    if not isinstance(question, str) or not question:
+        fail("question", f"must be a non-empty string, got {question!r}", "pass the question's text")
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [{"role": "user", "content": question}]
+
+
+def conversational_rows(rows, *, system=None):
+    """Rows ``{"question", "answer", …}`` → the rows TRL's GRPOTrainer takes: ``{"prompt": [messages],
+    "answer": str, …}`` (the other columns kept: TRL hands them to the reward functions by name)."""
+    out = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+            fail(f"rows[{i}]", "lacks 'question' or 'answer'", "give every row both, e.g. "
+                 '{"question": "Tom has 3 apples…", "answer": "7"}')
+        rest = {k: v for k, v in row.items() if k != "question"}
+        out.append({**rest, "prompt": conversation(row["question"], system=system), "answer": str(row["answer"])})
+    return out
+
+
+def check_conversational_rows(rows):
+    """Refuse rows a conversational prompt cannot be built from, naming the row and the field."""
+    if not isinstance(rows, (list, tuple)) or not rows:
+        fail("rows", "must be a non-empty list of dicts", 'pass e.g. [{"prompt": [{"role": "user", "content": "…"}]}]')
+    for i, row in enumerate(rows):
+        messages = row.get("prompt") if isinstance(row, dict) else None
+        if not isinstance(messages, list) or not messages:
+            fail(f"rows[{i}]['prompt']", f"must be a non-empty list of messages, got {messages!r}",
+                 'write the prompt as [{"role": "system", "content": …}, {"role": "user", "content": …}] '
+                 "(conversational_rows builds it from a question)")
+        for j, m in enumerate(messages):
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                fail(f"rows[{i}]['prompt'][{j}]", "lacks 'role' or 'content'",
+                     'give every message both, e.g. {"role": "user", "content": "…"}')
+            if m["role"] not in ROLES:
+                fail(f"rows[{i}]['prompt'][{j}]['role']", f"is {m['role']!r}", f"use one of {ROLES}")
+            if not isinstance(m["content"], str):
+                fail(f"rows[{i}]['prompt'][{j}]['content']", "must be a string", "pass the message's text")
+        if messages[-1]["role"] != "user":
+            fail(f"rows[{i}]['prompt']", f"ends with a {messages[-1]['role']!r} message",
+                 "end the prompt with the user's message; the generation prompt opens the assistant's turn")
+
+
+def end_token_id(tokenizer):
+    """The id of the token that ends the assistant's turn (``<|im_end|>``): the tokenizer's ``eos_token``."""
+    if getattr(tokenizer, "eos_token_id", None) is None:
+        fail("tokenizer", "has no end token (eos_token is None), so no answer can end and none can be masked "
+             "up to its end", "set tokenizer.eos_token to the token the template closes a turn with, e.g. "
+             "'<|im_end|>'")
+    return tokenizer.eos_token_id
+
+
+PROBE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+
+
+def check_chat_tokenizer(tokenizer):
+    """Refuse a tokenizer a chat GRPO run cannot use: no end token, no template, a template that does not render,
+    or one whose assistant turn does not close with the end token (the model would learn to write a token the
+    sampler never stops on). Returns the end token's id."""
+    end = end_token_id(tokenizer)
+    if not getattr(tokenizer, "chat_template", None):
+        fail("tokenizer.chat_template", "is not set, so a conversational prompt cannot be rendered",
+             "load a chat model's tokenizer, or set tokenizer.chat_template (a ChatML template: lesson 16)")
+    try:
+        with_answer = tokenizer.apply_chat_template(PROBE, tokenize=False)
+        opened = tokenizer.apply_chat_template(PROBE[:2], tokenize=False, add_generation_prompt=True)
+    except Exception as error:                    # jinja2's errors, or a template reading a field we lack
+        fail("tokenizer.chat_template", f"does not render a system + user + assistant conversation ({error})",
+             "fix the template (it must accept messages with 'role' and 'content' and add_generation_prompt)")
+    if not with_answer.startswith(opened):
+        fail("tokenizer.chat_template", "the generation prompt is not how the assistant's turn begins",
+             "make add_generation_prompt write the same opening the template writes before an assistant message")
+    rest = tokenizer(with_answer[len(opened):], add_special_tokens=False)["input_ids"]
+    answer = tokenizer("A", add_special_tokens=False)["input_ids"]
+    if rest[len(answer):len(answer) + 1] != [end]:
+        fail("tokenizer.chat_template", f"does not close the assistant's turn with the end token "
+             f"{tokenizer.eos_token!r}", "write eos_token right after the assistant's content (ChatML: "
+             "'<|im_end|>'), or set eos_token to the token the template writes there")
+    return end
+
+
+def render_prompt(tokenizer, messages):
+    """One prompt's ids as the trainer feeds them to the model, and the rendered text.
+
+    The text is the template applied with ``add_generation_prompt=True``; the ids are that text encoded
+    without the tokenizer's own special tokens (the template writes every special token it wants), which is
+    what ``apply_chat_template(…, tokenize=True)`` does and so what TRL 1.16 builds. Returns ``(ids, info)``
+    with ``info["text"]``."""
+    check_conversational_rows([{"prompt": messages}])
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids, {"text": text}
+
+
+def rendered_rows(tokenizer, rows):
+    """Conversational rows → the rows grpo_edu's trainer samples from: the prompt rendered to text (the
+    trainer encodes it), every other column kept. The tokenizer and rows are checked first."""
+    check_chat_tokenizer(tokenizer)
+    check_conversational_rows(rows)
+    if tokenizer("x")["input_ids"] != tokenizer("x", add_special_tokens=False)["input_ids"]:
+        fail("tokenizer", "adds special tokens of its own to every text (a <bos>?), so the rendered prompt "
+             "would be encoded with tokens the template did not write", "use a tokenizer whose "
+             "post-processor adds nothing (the template writes the special tokens), as Qwen's does")
+    return [{**row, "prompt": render_prompt(tokenizer, row["prompt"])[1]["text"]} for row in rows]
+
+
+def trl_completions(texts):
+    """The completions TRL 1.16 hands reward functions when the prompts are conversational: each decoded answer
+    as one assistant message, ``[{"role": "assistant", "content": text}]``."""
+    return [[{"role": "assistant", "content": t}] for t in texts]
+
+
+def completion_text(completion):
+    """A completion's text in either form a reward function may get: a string (grpo_edu, TRL with plain prompts)
+    or TRL's list of one assistant message (conversational prompts)."""
+    if isinstance(completion, list):
+        return completion[-1]["content"]
+    return completion
