@@ -480,3 +480,19 @@ def test_truncation_is_read_from_the_logged_share_at_the_end_of_the_run():
     # a start that rambles past the limit, ended by a run that learned to stop, is not a finding
     rambling_start = history(truncated_fraction=lambda t, n: late(t, n, 0.3, 0.02))
     assert all(f.name != "completion_truncated" for f in diagnose(rambling_start, config={"max_completion_length": 4}))
+
+
+def test_a_model_that_never_ends_is_named_first():
+    """Lesson 16's clinic: every answer at the cap with no end token and nothing paid is ``never_ends`` (above
+    ``reward_always_zero``, its consequence); cut answers that are still paid stay ``completion_truncated``."""
+    never = dict(SICK["reward_always_zero"], completion_length=lambda t, n: 24.0, truncated_fraction=lambda t, n: 1.0)
+    findings = diagnose(history(**never), config=GRPOConfig(max_completion_length=24))
+    assert [f.name for f in findings[:2]] == ["never_ends", "reward_always_zero"]
+    assert findings[0].lesson == "16_real_text" and "100% of answers cut" in findings[0].evidence["summary"]
+    assert "chat template" in findings[0].causes[0]
+    # learning to end during the run (the tail ends) is not "never": the start alone was cut
+    ends_later = dict(never, truncated_fraction=lambda t, n: late(t, n, 1.0, 0.1))
+    assert "never_ends" not in [f.name for f in diagnose(history(**ends_later))]
+    # every answer cut yet paid (a cap too small for a right answer's end): truncation, not never-ending
+    paid = dict(completion_length=lambda t, n: 2.0, truncated_fraction=lambda t, n: 1.0)
+    assert first(diagnose(history(**paid), config=GRPOConfig(max_completion_length=2))) == "completion_truncated"

@@ -528,13 +528,50 @@ MASKING_USELESS_FROM = 0.9
 masking that many answers would remove nearly the whole batch's gradient, the right answers' included."""
 
 
+NEVER_ENDS_FROM = 0.99
+"""``never_ends``: the share of answers cut at the limit, at the start and at the end, from which the model is
+taken never to write its end token."""
+
+
+def _never_ends(log):
+    """The model never ends: ``truncated_fraction`` ≥ :data:`NEVER_ENDS_FROM` over the start AND the end, and the
+    mean reward over the run within 0.05 of 0 (no answer arrives, so none is paid): severity 110, above
+    ``reward_always_zero``, whose cause this is. Lesson 16's clinic: a prompt passed as a plain string (no chat
+    template), an end token other than the one the template writes, or the end token masked out of the loss."""
+    head, tail = log.mean(log.head, "truncated_fraction"), log.mean(log.tail, "truncated_fraction")
+    reward = log.mean(log.rows, "reward_mean")
+    if head is None or tail is None or min(head, tail) < NEVER_ENDS_FROM or reward is None or abs(reward) > 0.05:
+        return None
+    limit = log.config.get("max_completion_length")
+    summary = (f"{head:.0%} of answers cut at the length limit{f' ({limit} tokens)' if limit else ''} without an "
+               f"end token over {log.span(log.head)}, {tail:.0%} over {log.span(log.tail)} (rule: ≥ "
+               f"{NEVER_ENDS_FROM:.0%} at both); mean reward {reward:.3g}")
+    return Finding(
+        "never_ends", "The model never ends: every answer runs to max_completion_length without its end token, "
+        "so no answer is complete, none is paid, and the run learns nothing.",
+        _evidence("truncated_fraction", log.points(log.rows, "truncated_fraction"), summary, NEVER_ENDS_FROM),
+        ["the prompt was passed as a plain string: the chat template was skipped, no assistant turn was opened, "
+         "and the model never meets the place where it learned to write <|im_end|>",
+         "tokenizer.eos_token is not the token the template closes a turn with, so the sampler never stops on it",
+         "the end token was masked out of training (pad_token = eos_token with a mask built from padding), so "
+         "the model was never taught to stop"],
+        [("prompts", "conversational rows rendered through the chat template (grpo_edu.training.text.chat."
+          "rendered_rows; in TRL: a 'prompt' column of messages)", "the model answers where it learned to"),
+         ("tokenizer", "check_chat_tokenizer(tokenizer)", "refuses an eos_token the template does not write"),
+         ("pad_token", "a token of its own, never eos_token", "the end token stays in the loss")],
+        "16_real_text", 110)
+
+
 def _completion_length(log):
-    """Truncation: the logged share cut at the limit (``truncated_fraction``, TRL's clipped_ratio) ≥ 0.2
+    """Never ending first (:func:`_never_ends`). Truncation: the logged share cut at the limit (``truncated_fraction``, TRL's clipped_ratio) ≥ 0.2
     at the end; or, where no share is logged (config given), mean completion_length ≥ 0.98 ×
     max_completion_length at the start or end: severity 60 (masking is suggested only below a cut share of 90 %).
     A start where many answers ramble past the limit, ended by a run that learned to stop, is not a finding (the
     bundled model's first steps).
     Length collapse: the end's mean length < 0.5 × the start's: severity 50."""
+    never = _never_ends(log)
+    if never is not None:
+        return never
     limit = log.config.get("max_completion_length")
     logged = log.mean(log.tail, "truncated_fraction") is not None
     for rows in (log.tail,) if logged else (log.tail, log.head):
