@@ -298,6 +298,30 @@ def _verl_value(v):
     return str(v)
 
 
+def trl_dataset_rows(task, rows):
+    """``rows`` (``{"prompt", "answer"}``) in the form TRL's ``GRPOTrainer`` reads: for a chat task (``words``)
+    the *conversational* form, ``prompt`` a list of ``{"role", "content"}`` turns (the task's system turn, then the
+    question), which TRL renders with the model's chat template itself; for the others the standard form, ``prompt``
+    the text. ``answer`` stays a column, which TRL hands the reward functions as a keyword of that name."""
+    from grpo_edu.training.model.chat_tokenizer import is_chat_task
+
+    if is_chat_task(task):
+        return [{"prompt": task.messages(r["prompt"]), "answer": r["answer"]} for r in rows]
+    return [{"prompt": r["prompt"], "answer": r["answer"]} if "answer" in r else {"prompt": r["prompt"]} for r in rows]
+
+
+def write_trl_dataset(task, rows, path):
+    """:func:`trl_dataset_rows` as a JSON-lines file (``datasets.load_dataset("json", data_files=path)`` reads
+    it back); returns the number of rows written."""
+    import json
+
+    out = trl_dataset_rows(task, rows)
+    with open(path, "w", encoding="utf-8") as f:
+        for row in out:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(out)
+
+
 def format_export(result, target):
     """Readable text: each setting with its reason, then what cannot be matched."""
     values, info = result

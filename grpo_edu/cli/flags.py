@@ -99,7 +99,8 @@ def _add_preset_flag(parser):
 
     parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named config (flags given with it "
                         "still win): sums = lesson 11's long answers on assets/tiny-sums; calc = lesson 15's "
-                        "calculator task on assets/tiny-calc (--task sums or calc alone starts from these too)")
+                        "calculator task on assets/tiny-calc; words = lesson 16's word problems on assets/tiny-words, "
+                        "through its chat template (--task sums, calc or words alone starts from these too)")
 
 
 def _apply_preset(parser, argv):

@@ -250,8 +250,26 @@ def cmd_export(args):
                    f"{Path(model) / 'adapter'})" if run.get("lora_rank") else "")
         print(f"grpo-edu export: note: --model {config.model} is a run's output folder: the model to load is its "
               f"latest checkpoint, {model}{adapter}", file=sys.stderr)
+    dataset_out = getattr(args, "dataset_out", None)
+    if dataset_out is not None:                    # checked before any work: the target, the suffix, the folder
+        if args.target != "trl":
+            _fail("--dataset-out", "writes TRL's dataset form only", "use it with grpo-edu export trl")
+        if not dataset_out.endswith(".jsonl"):
+            _fail("--dataset-out", f"{dataset_out} does not end in .jsonl", "name a .jsonl file, e.g. words.jsonl")
+        parent = Path(dataset_out).resolve().parent
+        if not parent.is_dir():
+            _fail("--dataset-out", f"its folder {parent} does not exist", "create the folder, or name a file in one")
     if args.target == "trl":
         result = to_trl(config, num_processes=args.processes)
+        if dataset_out is not None:
+            from grpo_edu.beyond.export import write_trl_dataset
+
+            task = get_task(config.task)
+            n = write_trl_dataset(task, rows, dataset_out)
+            form = "conversational (prompt: a list of {role, content} messages)" if hasattr(task, "messages") \
+                else "standard (prompt: a string)"
+            print(f"grpo-edu export: wrote {n} rows to {dataset_out}, TRL's {form} form: "
+                  f"datasets.load_dataset('json', data_files={dataset_out!r})['train']", file=sys.stderr)
     else:                                          # a model named with --model is verl's model.path
         model_path = {} if config.model == BUNDLED_MODEL else {"model_path": model}
         result = to_verl(config, n_gpus=args.processes, **model_path)
@@ -392,6 +410,9 @@ def add_export(sub):
     ex.add_argument("target", choices=("trl", "verl"), help="The trainer to export to.")
     ex.add_argument("--processes", type=int, default=1, metavar="INT",
                     help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
+    ex.add_argument("--dataset-out", default=None, metavar="FILE.jsonl",
+                    help="Also write the run's train prompts as TRL reads them (trl only): for a chat task "
+                         "(words) the conversational form, each prompt a list of {role, content} messages.")
     _add_config_flags(ex)
     _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)

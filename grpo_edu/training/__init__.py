@@ -1,9 +1,10 @@
 """The training loop and what it needs, in six rooms (subpackages):
 
-``model/``      loading a model, the bundled models' tokenizer and recipe, LoRA, PPO's critic
+``model/``      loading a model, the bundled models' tokenizers (characters; BPE with a chat template) and recipe,
+                LoRA, PPO's critic
 ``rollouts/``   sampling answers with their log-probs (``rollout``, ``engine``), the training ``passes``, ``tools``
                 and ``multi_turn`` rollouts
-``task/``       the tasks (``tasks``, ``sums``, ``calc``, ``task_setup``), their ``rewards``, ``evaluation``
+``task/``       the tasks (``tasks``, ``sums``, ``calc``, ``words``, ``task_setup``), their ``rewards``, ``evaluation``
 ``trainers/``   ``config``, ``trainer`` (the algorithm box) with its ``run_state``, GRPO's ``family``, ``replay``
 ``runs/``       a run on disk: ``checkpoint``, ``run_folder``
 ``text/``       real text (lesson 16): ``chat`` templates, the ``completion_mask``, answer ``extraction``, the
@@ -17,9 +18,9 @@ Imports ``core`` and ``common``.
 from grpo_edu.common import rooms
 
 ROOMS = {
-    "model": ("models", "tokenizer", "make_model", "lora", "critic"),
+    "model": ("models", "tokenizer", "chat_tokenizer", "make_model", "lora", "critic"),
     "rollouts": ("rollout", "engine", "passes", "tools", "multi_turn"),
-    "task": ("tasks", "sums", "calc", "task_setup", "rewards", "evaluation"),
+    "task": ("tasks", "sums", "calc", "words", "task_setup", "rewards", "evaluation"),
     "trainers": ("config", "trainer", "run_state", "family", "replay"),
     "runs": ("checkpoint", "run_folder"),
     "text": ("chat", "completion_mask", "extraction", "format_reward", "drift"),

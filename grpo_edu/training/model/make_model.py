@@ -40,6 +40,8 @@ loop here keeps every recipe reproducible to the digit."""
 from grpo_edu.training.model.models import ASSETS
 from grpo_edu.training.task.tasks import get_task
 from grpo_edu.training.model.tokenizer import CHARS, build_char_tokenizer, save_char_tokenizer
+from grpo_edu.training.model.chat_tokenizer import (corpus, is_chat_task, render_prompts, save_chat_tokenizer,
+                                                    train_chat_tokenizer)
 
 BUNDLED_DIR = ASSETS / "tiny-adder"
 DEFAULT_OUT = str(BUNDLED_DIR)
@@ -106,7 +108,8 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
                      batch_size: int = 64, check_every: int = 250, max_steps: int = 6000,
                      stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
                      hidden_size: int = 64, device: str = "cpu", num_layers: int = 2, max_positions: int = 32,
-                     stop_metric: str = "greedy", worked_fraction: float = -1.0, check_prompts: int = 500) -> dict:
+                     stop_metric: str = "greedy", worked_fraction: float = -1.0, check_prompts: int = 500,
+                     vocab_size: int = 1024) -> dict:
     """Warm up a tiny Llama on ``task`` and save it (weights + tokenizer) to ``out_dir``.
 
     ``task`` may name several tasks, comma-separated ("addition,subtraction"): their train
@@ -146,7 +149,7 @@ def build_tiny_model(out_dir, *, seed: int = 0, task: str = "addition", lr: floa
         out_dir, seed=seed, task=task, lr=lr, batch_size=batch_size, check_every=check_every, max_steps=max_steps,
         stop_at=stop_at, label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
         device=device, num_layers=num_layers, max_positions=max_positions, stop_metric=stop_metric,
-        worked_fraction=worked_fraction, check_prompts=check_prompts)
+        worked_fraction=worked_fraction, check_prompts=check_prompts, vocab_size=vocab_size)
     _save(model, tokenizer, out_dir, summary, history)
     return _finish(summary, history, timing)
 
@@ -156,7 +159,7 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
              stop_at: float = 0.95, label_smoothing: float = 0.2, eval_samples: int = 8,
              hidden_size: int = 64, device: str = "cpu", num_layers: int = 2, max_positions: int = 32,
              stop_metric: str = "greedy", worked_fraction: float = -1.0, check_prompts: int = 500,
-             progress: bool = False) -> tuple:
+             vocab_size: int = 1024, progress: bool = False) -> tuple:
     """``build_tiny_model`` without the saving: (model, tokenizer, summary, history, timing).
     ``progress``: a bar over the steps, with each check's accuracy (the command shows it)."""
     positive_int("seed", seed, minimum=0)
@@ -186,8 +189,11 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
         if plain:
             fail("worked_fraction", f"task {plain[0]!r} has no written working to show",
                  "use it with a task that has (sums), or leave it at -1")
-    longest = max(len(r["prompt"]) + 1 + t.max_answer_chars + 1                  # <bos> prompt answer <eos>
-                  for t in tasks for r in t.split("heldout"))
+    chat = any(is_chat_task(t) for t in tasks)
+    if chat and len(tasks) > 1:
+        fail("task", f"{task!r} mixes a chat task with others", "build a chat task's model on its own (--task words)")
+    longest = 0 if chat else max(len(r["prompt"]) + 1 + t.max_answer_chars + 1      # <bos> prompt answer <eos>
+                                 for t in tasks for r in t.split("heldout"))
     if longest > max_positions:
         fail("max_positions", f"is {max_positions}, but a prompt with <bos>, its longest answer and <eos> need "
              f"{longest}",
@@ -202,10 +208,13 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
         fail("device", "'cuda' was asked for but torch sees no CUDA device", "use device='cpu'")
 
     started = time.perf_counter()
-    tokenizer = build_char_tokenizer(task_chars(tasks))
-    train_rows = [row for t in tasks for row in _demonstrations(t, worked_fraction, seed)]   # several tasks: one pool
-    heldout = {t.name: t.split("heldout") for t in tasks}
-    max_new_tokens = max(t.max_answer_chars for t in tasks) + 1  # the answer, then <eos>
+    if chat:       # words: a BPE learned from the task's text, questions rendered by its chat template
+        tokenizer, train_rows, heldout, max_new_tokens = _chat_setup(tasks[0], vocab_size, max_positions)
+    else:
+        tokenizer = build_char_tokenizer(task_chars(tasks))
+        train_rows = [row for t in tasks for row in _demonstrations(t, worked_fraction, seed)]   # several tasks: one pool
+        heldout = {t.name: t.split("heldout") for t in tasks}
+        max_new_tokens = max(t.max_answer_chars for t in tasks) + 1  # the answer, then <eos>
     input_ids, labels = encode_for_warmup(tokenizer, train_rows)  # (R, L)
     input_ids, labels = input_ids.to(device), labels.to(device)
     attention_mask = (input_ids != tokenizer.pad_token_id).long()  # (R, L)
@@ -279,9 +288,27 @@ def _warm_up(out_dir, *, seed: int = 0, task: str = "addition", lr: float = 1e-3
                          check_every=check_every, max_steps=max_steps, stop_at=stop_at,
                          label_smoothing=label_smoothing, eval_samples=eval_samples, hidden_size=hidden_size,
                          device=device, num_layers=num_layers, max_positions=max_positions, stop_metric=stop_metric,
-                         worked_fraction=worked_fraction, check_prompts=check_prompts),
+                         worked_fraction=worked_fraction, check_prompts=check_prompts, vocab_size=vocab_size),
     )
+    if chat:
+        summary["vocab_size"] = len(tokenizer)
     return model, tokenizer, summary, history, {"started": started, "train_seconds": train_seconds}
+
+
+def _chat_setup(task, vocab_size, max_positions):
+    """A chat task's tokenizer (a BPE trained on its text, :mod:`chat_tokenizer`), its train demonstrations and
+    held-out rows with the questions rendered by the chat template, and the answer's token budget."""
+    tokenizer = train_chat_tokenizer(corpus(task), vocab_size)
+    train_rows = render_prompts(tokenizer, task, task.demonstrations("train"))
+    heldout = {task.name: render_prompts(tokenizer, task, task.split("heldout"))}
+    longest = max(len(tokenizer(r["prompt"])["input_ids"]) + len(tokenizer(r["answer"])["input_ids"]) + 1
+                  for r in train_rows)                                            # prompt, answer, end token
+    max_new_tokens = task.max_completion_tokens
+    need = max(longest, max(len(tokenizer(r["prompt"])["input_ids"]) for r in heldout[task.name]) + max_new_tokens)
+    if need > max_positions:
+        fail("max_positions", f"is {max_positions}, but a rendered prompt and its answer need {need} tokens",
+             f"pass --max-positions {need} or more")
+    return tokenizer, train_rows, heldout, max_new_tokens
 
 
 def task_chars(tasks) -> str:
@@ -339,7 +366,7 @@ def _measure(model, tokenizer, heldout_rows, task, eval_samples, max_new_tokens)
         well_formed = [s and t.isdigit() and len(t) <= task.max_answer_chars
                        for t, s in zip(texts, stopped)]
     n = len(heldout_rows)
-    lengths = {}
+    lengths = {"ended_fraction": round(sum(stopped) / len(stopped), 4)} if is_chat_task(task) else {}
     if hasattr(task, "demonstration"):  # long answers: how long, how often cut, how often worked
         lengths = answer_lengths(texts, stopped, correct)
     return {**lengths, 
@@ -424,7 +451,7 @@ def _save(model, tokenizer, out_dir, summary, history) -> None:
 
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
-    save_char_tokenizer(tokenizer, out_dir)
+    (save_chat_tokenizer if getattr(tokenizer, "chat_template", None) else save_char_tokenizer)(tokenizer, out_dir)
     record = dict(summary, history=history, versions={
         "python": sys.version.split()[0], "torch": torch.__version__,
         "transformers": transformers.__version__, "tokenizers": tokenizers.__version__})

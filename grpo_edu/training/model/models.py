@@ -22,7 +22,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from grpo_edu.common import _checks
-from grpo_edu.training.trainers.config import BUNDLED_CALC_MODEL, BUNDLED_MODEL, BUNDLED_SUMS_MODEL
+from grpo_edu.training.trainers.config import (BUNDLED_CALC_MODEL, BUNDLED_MODEL, BUNDLED_SUMS_MODEL,
+                                               BUNDLED_WORDS_MODEL)
 
 ASSETS = (Path(__file__).resolve().parents[2] / "_bundle" / "assets").resolve()
 """The bundled models and data: ``grpo_edu/_bundle/assets``, which in a checkout is a link to the repository's
@@ -70,6 +71,13 @@ def calc_model_dir():
     return _asset_model("tiny-calc", "the calculator model",
                         "rebuild it with the command in assets/README.md (python -m grpo_edu.training.model.make_model "
                         "--out assets/tiny-calc --task calc …; about 4 minutes on a 2-core CPU)")
+
+def words_model_dir():
+    """Path of lesson 16's model, which reads and writes words through a chat template (``assets/tiny-words``)."""
+    return _asset_model("tiny-words", "the words model",
+                        "rebuild it with the command in assets/README.md (python -m grpo_edu.training.model.make_model "
+                        "--out assets/tiny-words --task words …; about 5 minutes on a 2-core CPU)")
+
 
 def _looks_like_path(name):
     """True for names a hub cannot hold, or whose first part is a local folder (``models/tiny``)."""
@@ -158,6 +166,8 @@ def locate_model(name_or_path):
         return str(sums_model_dir()), {"kind": "bundled"}
     if name_or_path == BUNDLED_CALC_MODEL:
         return str(calc_model_dir()), {"kind": "bundled"}
+    if name_or_path == BUNDLED_WORDS_MODEL:
+        return str(words_model_dir()), {"kind": "bundled"}
     path = Path(name_or_path).expanduser()
     broken = broken_link(path)
     if broken:

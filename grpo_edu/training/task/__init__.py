@@ -1,2 +1,3 @@
-"""The task: what a model is asked (addition, sums, the calculator task), how an answer is scored (rewards), and
+"""The task: what a model is asked (addition, sums, the calculator task, word problems
+in English and Chinese), how an answer is scored (rewards), and
 held-out accuracy."""

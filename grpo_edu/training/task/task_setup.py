@@ -13,6 +13,7 @@ task        bundled model           in the loop
 addition    assets/tiny-adder       —
 sums        assets/tiny-sums        —
 calc        assets/tiny-calc        ``tools.Tool()``: the calculator
+words       assets/tiny-words       the model's chat template (``chat_tokenizer.render_prompts``)
 ==========  ======================  ========================================
 """
 
@@ -56,6 +57,10 @@ def check_model_writes_task(tokenizer, task, tool=None, *, model="model", arg="m
     """Refuse a model whose tokenizer cannot write the task's answers or its tool's call syntax, naming
     ``model`` (the name the user gave), under ``arg`` (``--model`` on the command line), and the task's own
     model as the fix."""
+    from grpo_edu.training.model.chat_tokenizer import check_chat_tokenizer, is_chat_task
+
+    if is_chat_task(task):              # a question in words: the template must render, the answer must end
+        check_chat_tokenizer(tokenizer)
     missing = unwritable_chars(tokenizer, task, tool)
     if missing:
         what = "its calculator calls and answers" if tool is not None else "its answers"

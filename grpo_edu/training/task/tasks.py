@@ -274,3 +274,12 @@ def _clean_row(row, index: int, where: str) -> dict:
     if row.get("answer") is not None:
         clean["answer"] = str(row["answer"])
     return clean
+
+from grpo_edu.training.task.words import WordsTask  # noqa: E402  (the chat task: a question in words, tags in reply)
+
+TASKS["words"] = WordsTask(
+    name="words",
+    description="Word problems in English and Chinese, 'Tom has 3 apples and buys 4 more. …' or '小明有9个苹果，吃了4个，"
+                "…' -> '<think>3+4=7</think><answer>7</answer>', numbers 1..9, + or -. 500 held out, 10000 to train "
+                "on; the prompt is rendered by the model's chat template: the task of lesson 16 and its model, "
+                "assets/tiny-words.")

@@ -21,12 +21,16 @@ BUNDLED_SUMS_MODEL = "bundled-sums"
 
 BUNDLED_CALC_MODEL = "bundled-calc"
 """The model name that means "lesson 15's model in assets/tiny-calc", which may call a calculator."""
+BUNDLED_WORDS_MODEL = "bundled-words"
+"""The model name that means "lesson 16's model in assets/tiny-words": a BPE tokenizer and a chat template."""
 
 PRESETS = {
     "sums": {"model": BUNDLED_SUMS_MODEL, "task": "sums", "max_completion_length": 42,
              "total_training_steps": 100},
     "calc": {"model": BUNDLED_CALC_MODEL, "task": "calc", "max_completion_length": 24, "batch_size": 8,
              "total_training_steps": 20, "learning_rate": 1e-3, "beta": 0.0, "eval_size": 100},
+    "words": {"model": BUNDLED_WORDS_MODEL, "task": "words", "max_completion_length": 24,
+              "total_training_steps": 60, "eval_size": 200},
 }
 """Named starting points (``GRPOConfig.preset(name)``, ``grpo-edu train --preset NAME``): the fields that differ
 from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens hold the longest worked
@@ -35,7 +39,7 @@ solution and its ``<eos>``; the learning rate, β, G and the rest stay the defau
 (``course/experiments/tools_runs.py``): 24 tokens hold a call, its reply and the answer; the calculator is in
 the loop wherever the task is ``calc`` (``training/task/task_setup.py``)."""
 
-TASK_PRESETS = {"sums": "sums", "calc": "calc"}
+TASK_PRESETS = {"sums": "sums", "calc": "calc", "words": "words"}
 """A task that needs its own model: ``grpo-edu train --task NAME`` without ``--preset`` starts from this preset
 (its model, its answer length), so ``--task calc`` never trains the adder, which cannot write a call."""
 

@@ -55,6 +55,7 @@ from grpo_edu.core.schedule import learning_rate_at
 from grpo_edu.training.runs import checkpoint as ckpt, run_folder
 from grpo_edu.training.rollouts import engine, multi_turn, passes
 from grpo_edu.training.model import lora
+from grpo_edu.training.model.chat_tokenizer import is_chat_task, render_prompts
 from grpo_edu.training.trainers.config import GRPOConfig
 from grpo_edu.training.task.evaluation import evaluate_run
 from grpo_edu.training.model.models import load_model_and_tokenizer, pick_device
@@ -158,6 +159,9 @@ class GRPOTrainer(CheckpointedRun):
                 torch.manual_seed(config.seed)                         # same seed, same run, in any process
                 model = lora.add_lora(model, config.lora_rank, config.lora_alpha, config.lora_target_modules)
         self.model, self.tokenizer = model.to(self.device), tokenizer
+        if is_chat_task(self.task):       # words: each question written through the chat template (a bad one fails now)
+            self.train_rows = render_prompts(tokenizer, self.task, self.train_rows)
+            self.eval_rows = render_prompts(tokenizer, self.task, self.eval_rows)
         if config.gradient_checkpointing:                              # recompute activations in backward
             if not getattr(model, "supports_gradient_checkpointing", False):
                 _checks.fail("gradient_checkpointing", f"{type(model).__name__} does not support it",
