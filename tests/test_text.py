@@ -153,18 +153,18 @@ def test_bad_tokenizers_and_rows_are_refused_naming_the_field(words):
     assert chat.check_chat_tokenizer(tok) == tok.eos_token_id
     bad = copy.deepcopy(tok)
     bad.chat_template = None
-    with pytest.raises(ValueError, match=r"tokenizer.chat_template: is not set.*Fix"):
+    with pytest.raises(ValueError, match=r"tokenizer.chat_template: is missing.*Fix"):
         chat.check_chat_tokenizer(bad)
     bad.chat_template = "{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}"
     with pytest.raises(ValueError, match=r"tokenizer.chat_template: does not render"):
         chat.check_chat_tokenizer(bad)
     bad.chat_template = tok.chat_template
     bad.eos_token = "<|endoftext|>"                  # a real token, but not the one closing the assistant's turn
-    with pytest.raises(ValueError, match=r"does not close the assistant's turn with the end token"):
+    with pytest.raises(ValueError, match=r"tokenizer.eos_token: is '<\|endoftext\|>', but the template closes"):
         chat.check_chat_tokenizer(bad)
     none = copy.deepcopy(tok)
     none.eos_token = None
-    with pytest.raises(ValueError, match=r"tokenizer: has no end token.*Fix: set tokenizer.eos_token"):
+    with pytest.raises(ValueError, match=r"tokenizer.eos_token: is not set.*Fix: set it"):
         chat.rendered_rows(none, chat.conversational_rows([{"question": "q", "answer": 1}]))
     for rows, match in [([{"question": "q"}], r"rows\[0\]: lacks 'question' or 'answer'"),
                         ([{"prompt": "Tom has 3"}], r"rows\[0\]\['prompt'\]: must be a non-empty list"),

@@ -69,42 +69,14 @@ def check_conversational_rows(rows):
                  "end the prompt with the user's message; the generation prompt opens the assistant's turn")
 
 
-def end_token_id(tokenizer):
-    """The id of the token that ends the assistant's turn (``<|im_end|>``): the tokenizer's ``eos_token``."""
-    if getattr(tokenizer, "eos_token_id", None) is None:
-        fail("tokenizer", "has no end token (eos_token is None), so no answer can end and none can be masked "
-             "up to its end", "set tokenizer.eos_token to the token the template closes a turn with, e.g. "
-             "'<|im_end|>'")
-    return tokenizer.eos_token_id
-
-
-PROBE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
-
-
 def check_chat_tokenizer(tokenizer):
-    """Refuse a tokenizer a chat GRPO run cannot use: no end token, no template, a template that does not render,
-    or one whose assistant turn does not close with the end token (the model would learn to write a token the
-    sampler never stops on). Returns the end token's id."""
-    end = end_token_id(tokenizer)
-    if not getattr(tokenizer, "chat_template", None):
-        fail("tokenizer.chat_template", "is not set, so a conversational prompt cannot be rendered",
-             "load a chat model's tokenizer, or set tokenizer.chat_template (a ChatML template: lesson 16)")
-    try:
-        with_answer = tokenizer.apply_chat_template(PROBE, tokenize=False)
-        opened = tokenizer.apply_chat_template(PROBE[:2], tokenize=False, add_generation_prompt=True)
-    except Exception as error:                    # jinja2's errors, or a template reading a field we lack
-        fail("tokenizer.chat_template", f"does not render a system + user + assistant conversation ({error})",
-             "fix the template (it must accept messages with 'role' and 'content' and add_generation_prompt)")
-    if not with_answer.startswith(opened):
-        fail("tokenizer.chat_template", "the generation prompt is not how the assistant's turn begins",
-             "make add_generation_prompt write the same opening the template writes before an assistant message")
-    rest = tokenizer(with_answer[len(opened):], add_special_tokens=False)["input_ids"]
-    answer = tokenizer("A", add_special_tokens=False)["input_ids"]
-    if rest[len(answer):len(answer) + 1] != [end]:
-        fail("tokenizer.chat_template", f"does not close the assistant's turn with the end token "
-             f"{tokenizer.eos_token!r}", "write eos_token right after the assistant's content (ChatML: "
-             "'<|im_end|>'), or set eos_token to the token the template writes there")
-    return end
+    """Refuse a tokenizer a chat GRPO run cannot use (no end token, no template, a template that does not render,
+    or one that does not close the assistant's turn with the end token): ``model/chat_tokenizer``'s check, which
+    the trainer runs for the words task. Returns the end token's id."""
+    from grpo_edu.training.model.chat_tokenizer import check_chat_tokenizer as check
+
+    check(tokenizer)
+    return tokenizer.eos_token_id
 
 
 def render_prompt(tokenizer, messages):
