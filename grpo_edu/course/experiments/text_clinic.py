@@ -1,22 +1,20 @@
 """Lesson 16's clinic: the failures real text brings to GRPO, each reproduced on the words model, measured, cured.
 
-================  ==========================================================================================
-case              what is done (on ``assets/tiny-words``, the ``words`` task), and what is measured
-================  ==========================================================================================
-``no_template``   a GRPO run whose prompts are the bare question (a plain string: the chat template skipped,
-                  no system turn, no ``<|im_start|>assistant``) beside the same run through the template:
-                  the share of answers that end, the reward, held-out accuracy, what ``diagnose`` names
-``pad_is_eos``    a GRPO run whose loss mask is built from padding with ``pad_token = eos_token``, so every
-                  ``<|im_end|>`` leaves the loss (:func:`~grpo_edu.training.text.completion_mask.padding_mask`),
-                  beside the right mask: the end tokens the loss sees, and log π(<|im_end|>) after right answers
-                  before and after
-``newline_regex`` a GRPO run paid only by a format regex that wants a newline after each tag (unsloth #2614),
-                  beside the regex that allows none: the share of the model's own answers each matches, the
-                  reward and the dead groups of the run
-``graders``       (a measurement) the strict grader (the tag) and the lenient one (the last number) on the same
-                  sampled answers: how many right answers each marks wrong, how many wrong answers right
-``drift``         (a measurement) decode-then-encode on the model's own samples: the share whose ids change
-================  ==========================================================================================
+=================  ========================================================================================
+run / measurement  what is done (on ``assets/tiny-words``, the ``words`` task, the words preset), what is measured
+=================  ========================================================================================
+``healthy``        the preset as it is: the lesson's before → after table, and the cure of the next two
+``no_template``    the prompt as the bare question (a plain string: the chat template skipped, no system turn, no
+                   ``<|im_start|>assistant``): the share of answers that end, the reward, held-out accuracy
+``pad_is_eos``     the loss mask built from padding with ``pad_token = eos_token``, so every ``<|im_end|>`` leaves
+                   the loss (:func:`~grpo_edu.training.text.completion_mask.padding_mask`): log π(<|im_end|>)
+                   after right answers, before and after (:func:`end_logprob`); :func:`end_tokens_in_the_loss`
+``newline_regex``  paid only by a format regex that wants a newline after each tag (unsloth #2614); its cure
+                   ``format_regex`` allows none: the reward and dead groups of the run; :func:`format_match`
+:func:`graders`    (a measurement) the strict grader (the tag) and the lenient one (the last number) on the same
+                   sampled answers: how many right answers each marks wrong, how many wrong answers right
+:func:`drift_on_samples`  (a measurement) decode-then-encode on the model's own samples: the share that changes
+=================  ========================================================================================
 
 The runs are stored in ``assets/text-clinic/`` (one JSON file each, with the command that made it);
 :func:`stored` reads them. The measurements take seconds and run live in the lesson.
