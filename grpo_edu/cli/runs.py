@@ -307,6 +307,10 @@ def cmd_eval(args):
               + (" (the LoRA run's adapter merged into its base model)" if run.get("lora_rank") else ""))
     model, tok = load_model_and_tokenizer(source, trust_remote_code=args.trust_remote_code)
     task_setup.check_model_writes_task(tok, task, tool, model=args.model, arg="--model")
+    if hasattr(task, "messages"):                  # words: the questions go through the model's chat template
+        from grpo_edu.training.model.chat_tokenizer import render_prompts
+
+        rows = render_prompts(tok, task, rows)
     sampling = dict(temperature=args.temperature, num_samples=args.samples, seed=args.seed,
                     max_new_tokens=args.max_new_tokens)
     if tool is not None:                           # the task is answered with the calculator in the loop

@@ -27,7 +27,7 @@ from pathlib import Path
 CHECKSUMS = "CHECKSUMS.json"
 """The file under ``assets/`` that records each bundled model file's SHA-256."""
 
-MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks", "tiny-calc")
+MODEL_FOLDERS = ("tiny-adder", "tiny-sums", "tiny-two-tasks", "tiny-calc", "tiny-words")
 CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 REFERENCE_STEP_MS = 23.2
