@@ -43,12 +43,16 @@ EVAL_PROMPTS = 100
 
 
 def _words(model=None):
-    """(model, tokenizer, task) of the words model (``model``: a folder; default the bundled one)."""
+    """(model, tokenizer, task) of the words model. ``model``: a folder (default the bundled one), or a loaded
+    ``(model, tokenizer)`` pair, which the measurements use as it is (a lesson loads it once)."""
     from grpo_edu.training.model.models import load_model_and_tokenizer
     from grpo_edu.training.task.tasks import get_task
     from grpo_edu.training.trainers.config import BUNDLED_WORDS_MODEL
 
-    net, tokenizer = load_model_and_tokenizer(model or BUNDLED_WORDS_MODEL)
+    if isinstance(model, tuple):
+        net, tokenizer = model
+    else:
+        net, tokenizer = load_model_and_tokenizer(model or BUNDLED_WORDS_MODEL)
     return net, tokenizer, get_task("words")
 
 
