@@ -19,8 +19,10 @@ checks every import in the source):
     ``gae``             GRPO's family: PPO's critic, GAE(γ, λ) advantages and the clipped value loss
     ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
     ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
+    ``preference``      a reward model's Bradley–Terry loss, TRL's margin and centring terms (lesson 17)
+    ``overoptimisation`` best-of-n's KL, Gao et al.'s gold-reward curves against √KL, their fits and peaks
 
-``training/`` — the training loop and what it needs (lessons 05–08), in five rooms (``from grpo_edu.training import trainer``)
+``training/`` — the training loop and what it needs (lessons 05–08), in rooms (``from grpo_edu.training import trainer``)
   ``model/`` — the model
     ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
