@@ -51,6 +51,12 @@ checks every import in the source):
   ``runs/`` — a run on disk
     ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
     ``run_folder``      one run per output folder: a lock, and no mixing with another run
+  ``reward_models/`` — learned rewards (lesson 17)
+    ``reward_model``    a scalar-head model on a backbone (AutoModelForSequenceClassification, one label)
+    ``gold``            the gold judge: a program with several facets the proxy never sees
+    ``preference_data`` pairs sampled from a model, labelled by the gold judge, checked
+    ``reward_trainer``  training a reward model with the Bradley–Terry loss
+    ``reward_function`` a reward model (or an ensemble, mean or min) as GRPO's reward function
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names

@@ -1,4 +1,4 @@
-"""The training loop and what it needs, in five rooms (subpackages):
+"""The training loop and what it needs, in rooms (subpackages):
 
 ``model/``      loading a model, the bundled models' tokenizer and recipe, LoRA, PPO's critic
 ``rollouts/``   sampling answers with their log-probs (``rollout``, ``engine``), the training ``passes``, ``tools``
@@ -6,6 +6,8 @@
 ``task/``       the tasks (``tasks``, ``sums``, ``calc``, ``task_setup``), their ``rewards``, ``evaluation``
 ``trainers/``   ``config``, ``trainer`` (the algorithm box) with its ``run_state``, GRPO's ``family``, ``replay``
 ``runs/``       a run on disk: ``checkpoint``, ``run_folder``
+``reward_models/`` learned rewards: ``reward_model``, the ``gold`` judge, ``preference_data``, ``reward_trainer``,
+                a reward model as a ``reward_function`` (lesson 17)
 
 ``from grpo_edu.training import trainer`` finds a module in its room (:data:`ROOM_OF`); the paths from before the
 rooms (``grpo_edu.training.trainer``, ``python -m grpo_edu.training.make_model``) reach the same module object.
@@ -20,6 +22,7 @@ ROOMS = {
     "task": ("tasks", "sums", "calc", "task_setup", "rewards", "evaluation"),
     "trainers": ("config", "trainer", "run_state", "family", "replay"),
     "runs": ("checkpoint", "run_folder"),
+    "reward_models": ("reward_model", "gold", "preference_data", "reward_trainer", "reward_function"),
 }
 ROOM_OF = {module: room for room, modules in ROOMS.items() for module in modules}
 """{module: its room}: ``trainer`` lives in ``grpo_edu.training.trainers.trainer``."""
