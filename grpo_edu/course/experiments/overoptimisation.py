@@ -36,13 +36,13 @@ NS = tuple(2 ** k for k in range(9))
 """best-of-n's n: 1, 2, 4, … 256."""
 PROXIES = {
     "small": {"num_pairs": 64},
-    "large": {"num_pairs": 512},
     "ensemble": {"num_pairs": 64, "ensemble": 3},
     "centred": {"num_pairs": 64, "center_rewards_coefficient": 0.1},
+    "large": {"num_pairs": 384},
 }
 """The proxies the levers compare: ``small`` is the baseline (few pairs), each other changes one thing;
 ``ensemble`` is read twice, its members' mean and their min."""
-POOL_ROWS = 24
+POOL_ROWS = 16
 """Held-out prompts (after the RM's 200) best-of-n samples 256 answers each for."""
 PAIR_ROWS = 600
 """Train prompts sampled for pairs (4 answers each; about 530 of them give a pair)."""
@@ -149,7 +149,7 @@ def pick_counts(picks, judge):
     return counts
 
 
-def bon_sweep(seed):
+def bon_sweep(seed, save=lambda result: None):
     """Seed ``seed``'s best-of-n sweep: every proxy of :data:`PROXIES`, their held-out accuracy, curves and fits."""
     from grpo_edu.core.overoptimisation import fit_gao
     from grpo_edu.training.reward_models.gold import SumsGoldJudge
@@ -177,6 +177,7 @@ def bon_sweep(seed):
                                        "curve": curve, "fit_bon": {"alpha": fit[0], "beta": fit[1], **fit_info},
                                        "picks_at_max_n": picks["picks"][max(NS)],
                                        "counts": {n: pick_counts(p, judge) for n, p in picks["picks"].items()}}
+            save(result)
             print(f"seed {seed} {read}: acc {info['heldout_accuracy']} gold {[round(c['gold'], 2) for c in curve]}",
                   flush=True)
     return result
@@ -209,10 +210,9 @@ MEASURE_PROMPTS = 16
 """Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
 
 
-def grpo_sweep(seed, *, beta=0.0, steps=40, every=4, proxy_name="small"):
+def grpo_sweep(seed, *, beta=0.0, steps=24, every=3, proxy_name="small", save=lambda result: None):
     """GRPO against seed ``seed``'s proxy: every ``every`` steps the mean gold and proxy of fresh samples on fixed
     held-out prompts and KL(π‖π_init) over them; the gold gain fitted with both of Gao's forms."""
-    from grpo_edu.core.overoptimisation import fit_gao
     from grpo_edu.training.reward_models.gold import SumsGoldJudge, gold_scores
     from grpo_edu.training.task.tasks import get_task
     from grpo_edu.training.trainers.config import GRPOConfig
@@ -235,24 +235,34 @@ def grpo_sweep(seed, *, beta=0.0, steps=40, every=4, proxy_name="small"):
         points.append({"step": step, "kl": kl, "d": math.sqrt(max(kl, 0.0)), "gold": sum(gold) / len(gold),
                        "proxy": sum(prox) / len(prox),
                        "mean_length": sum(map(len, s["completions"])) / len(s["completions"])})
-        samples[step] = list(zip(s["prompts"], s["completions"]))[:: 8]
+        samples[str(step)] = list(zip(s["prompts"], s["completions"]))[:: 8]
         print(f"seed {seed} β {beta} step {step}: " + str({k: round(v, 3) for k, v in points[-1].items()}), flush=True)
 
+    result = {"seed": seed, "beta": beta, "steps": steps, "settings": GRPO_SETTINGS, "proxy": proxy_name,
+              "heldout_accuracy": info["heldout_accuracy"], "points": points, "train_log": [], "fits": {},
+              "samples": samples}
     measure(0)
-    train_log = []
     for step in range(1, steps + 1):
         m = trainer.step()
-        train_log.append({"step": step, "proxy": m["reward/proxy"], "gold": m["reward/gold"]})
+        result["train_log"].append({"step": step, "proxy": m["reward/proxy"], "gold": m["reward/gold"]})
         if step % every == 0:
             measure(step)
+            if len(points) >= 3:
+                result["fits"] = fit_both(points)
+            result["steps_done"] = step
+            save(result)
+    return result
+
+
+def fit_both(points):
+    """Both of Gao's forms fitted to the gold gain over a run's points {"d", "gold"}: {form: α, β, d_peak, r2…}."""
+    from grpo_edu.core.overoptimisation import fit_gao
     gains = [p["gold"] - points[0]["gold"] for p in points]
     fits = {}
     for form in ("bon", "rl"):
         (alpha, b), fit_info = fit_gao([p["d"] for p in points], gains, form)
         fits[form] = {"alpha": alpha, "beta": b, **fit_info}
-    return {"seed": seed, "beta": beta, "steps": steps, "settings": GRPO_SETTINGS, "proxy": proxy_name,
-            "heldout_accuracy": info["heldout_accuracy"], "points": points, "train_log": train_log, "fits": fits,
-            "samples": {str(k): v for k, v in samples.items()}}
+    return fits
 
 
 def main(argv=None):
@@ -262,23 +272,63 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", default=str(STORED))
     parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
-    parser.add_argument("--steps", type=int, default=40, help="grpo: training steps")
+    parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
     args = parser.parse_args(argv)
     t0 = time.time()
-    if args.what == "bon":
-        result = bon_sweep(args.seed)
-        name = f"bon-seed{args.seed}.json"
-    else:
-        result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps)
-        name = f"grpo-beta{args.beta:g}-seed{args.seed}.json"
-    result["command"] = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
-        argv if argv is not None else sys.argv[1:])
-    result["seconds"] = round(time.time() - t0)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    name = f"bon-seed{args.seed}.json" if args.what == "bon" else f"grpo-beta{args.beta:g}-seed{args.seed}.json"
+    command = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+
+    def save(result):                     # after each proxy / each measurement: a stopped sweep keeps what it did
+        result["command"], result["seconds"] = command, round(time.time() - t0)
+        (out / name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+    if args.what == "bon":
+        result = bon_sweep(args.seed, save=save)
+    else:
+        result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, save=save)
+    result["complete"] = True
+    save(result)
     print(f"wrote {out / name} in {result['seconds']} s")
 
 
 if __name__ == "__main__":
     main()
+
+
+def stored(kind="bon", *, beta=0.0, folder=None):
+    """The stored sweeps of ``kind`` ("bon" or "grpo" at KL penalty ``beta``), one dict per seed found, by seed."""
+    choice("kind", kind, ("bon", "grpo"))
+    folder = Path(folder or STORED)
+    pattern = "bon-seed*.json" if kind == "bon" else f"grpo-beta{beta:g}-seed*.json"
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(pattern))]
+    if not runs:
+        fail("kind", f"no stored {kind} sweep in {folder}", "make them with the command in this module's docstring")
+    return sorted(runs, key=lambda r: r["seed"])
+
+
+def gold_peak(points, *, fall=0.05):
+    """Where the gold score peaks along ``points`` (dicts with "d" and "gold", in order of d) and whether it falls
+    after: ``(d_peak, info)``; info ``gold_peak``, ``gold_start``, ``gold_end``, ``rises`` (peak above the start by
+    more than ``fall``), ``falls`` (end below the peak by more than ``fall``), ``interior`` (both)."""
+    golds = [p["gold"] for p in points]
+    k = max(range(len(golds)), key=golds.__getitem__)
+    rises, falls = golds[k] > golds[0] + fall, golds[-1] < golds[k] - fall
+    return points[k]["d"], {"gold_peak": golds[k], "gold_start": golds[0], "gold_end": golds[-1], "index": k,
+                            "rises": rises, "falls": falls, "interior": rises and falls}
+
+
+def draw(ax, points, fits=None, *, label="", color=None):
+    """Gold (solid) and proxy (dashed) against d on ``ax``; each fitted Gao form of ``fits`` drawn dotted."""
+    import numpy as np
+    from grpo_edu.core.overoptimisation import gao_curve
+    d = [p["d"] for p in points]
+    line, = ax.plot(d, [p["gold"] for p in points], "o-", color=color, label=f"gold {label}")
+    ax.plot(d, [p["proxy"] for p in points], "s--", color=line.get_color(), alpha=0.5, label=f"proxy {label}")
+    grid = np.linspace(0, max(d), 50)
+    for form, fit in (fits or {}).items():
+        R, _ = gao_curve(grid, fit["alpha"], fit["beta"], form)
+        ax.plot(grid, points[0]["gold"] + R, ":", color=line.get_color(), lw=2 if form == "rl" else 1)
+    ax.set_xlabel("d = √KL(π ‖ π_init)")
