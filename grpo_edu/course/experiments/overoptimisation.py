@@ -36,17 +36,19 @@ NS = tuple(2 ** k for k in range(9))
 """best-of-n's n: 1, 2, 4, … 256."""
 PROXIES = {
     "small": {"num_pairs": 64},
-    "ensemble": {"num_pairs": 64, "ensemble": 3},
     "centred": {"num_pairs": 64, "center_rewards_coefficient": 0.1},
-    "large": {"num_pairs": 384},
+    "ensemble": {"num_pairs": 64, "ensemble": 3},
+    "large": {"num_pairs": 256},
 }
-"""The proxies the levers compare: ``small`` is the baseline (few pairs), each other changes one thing;
-``ensemble`` is read twice, its members' mean and their min."""
-POOL_ROWS = 16
+"""The proxies the levers compare: ``small`` is the baseline (few pairs), each other changes one thing.
+``ensemble``: 3 members on the same 64 pairs, each with its own head seed and pair order (as Coste et al. vary
+only the seed), read twice: their mean and their min. ``large`` needs more pairs, sampled when it is reached."""
+POOL_ROWS = 12
 """Held-out prompts (after the RM's 200) best-of-n samples 256 answers each for."""
-PAIR_ROWS = 600
-"""Train prompts sampled for pairs (4 answers each; about 530 of them give a pair)."""
-EVAL_ROWS = 200
+PAIR_ROWS = 100
+"""Train prompts sampled for the small proxies' pairs (4 answers each; about 9 in 10 give a pair). ``large``
+samples 3 × as many more."""
+EVAL_ROWS = 100
 """Held-out prompts for the RM's held-out accuracy (pairs sampled the same way)."""
 
 
@@ -62,14 +64,18 @@ def base_policy():
     return load_model_and_tokenizer(str(sums_model_dir()))
 
 
-def preference_sets(seed, policy=None):
-    """(train pairs, held-out pairs) sampled from the base policy with ``seed``, labelled by the gold judge."""
+def preference_sets(seed, policy=None, *, more=0):
+    """(train pairs, held-out pairs) sampled from the base policy with ``seed``, labelled by the gold judge.
+    ``more`` > 0: only ``more`` × PAIR_ROWS further train rows' pairs (for the ``large`` proxy), no held-out."""
     from grpo_edu.training.reward_models import gold, preference_data
     from grpo_edu.training.task.tasks import get_task
     model, tok = policy or base_policy()
     task, judge = get_task("sums"), gold.SumsGoldJudge()
-    train, _ = preference_data.sample_pairs(model, tok, task.split("train")[seed * PAIR_ROWS:(seed + 1) * PAIR_ROWS],
-                                            judge, num_generations=4, seed=seed)
+    start = seed * 4 * PAIR_ROWS + (PAIR_ROWS if more else 0)           # each seed owns 4 × PAIR_ROWS train rows
+    rows = task.split("train")[start:start + (more or 1) * PAIR_ROWS]
+    train, _ = preference_data.sample_pairs(model, tok, rows, judge, num_generations=4, seed=seed + 100 * more)
+    if more:
+        return train, None
     heldout, _ = preference_data.sample_pairs(model, tok, task.split("heldout", EVAL_ROWS), judge,
                                               num_generations=4, seed=1000 + seed)
     return train, heldout
@@ -77,17 +83,17 @@ def preference_sets(seed, policy=None):
 
 def train_proxy(pairs, heldout, *, num_pairs, seed, ensemble=1, combine="mean", center_rewards_coefficient=None,
                 epochs=4, learning_rate=1e-3):
-    """A proxy reward function trained on ``num_pairs`` pairs (each ensemble member on its own slice of the pairs,
-    its own head seed), and ``info``: each member's held-out accuracy and ``models`` (to combine otherwise)."""
+    """A proxy reward function trained on the first ``num_pairs`` pairs (each ensemble member with its own head seed
+    and pair order), and ``info``: each member's held-out accuracy and ``models`` (to combine otherwise)."""
     from grpo_edu.training.model.models import sums_model_dir
     from grpo_edu.training.reward_models import reward_function, reward_model, reward_trainer
-    if num_pairs * ensemble > len(pairs):
-        fail("num_pairs", f"{num_pairs} × {ensemble} members needs more than the {len(pairs)} pairs sampled",
+    if num_pairs > len(pairs):
+        fail("num_pairs", f"{num_pairs} is more than the {len(pairs)} pairs sampled",
              "ask for fewer pairs or sample more rows (PAIR_ROWS)")
     models, accuracy = [], []
     for k in range(ensemble):
         rm, tok = reward_model.make_reward_model(sums_model_dir(), seed=seed * 10 + k)
-        reward_trainer.train_reward_model(rm, tok, pairs[k * num_pairs:(k + 1) * num_pairs], epochs=epochs,
+        reward_trainer.train_reward_model(rm, tok, pairs[:num_pairs], epochs=epochs,
                                           learning_rate=learning_rate, seed=seed * 10 + k,
                                           center_rewards_coefficient=center_rewards_coefficient)
         accuracy.append(reward_trainer.pair_accuracy(rm, tok, heldout)[0])
@@ -164,6 +170,9 @@ def bon_sweep(seed, save=lambda result: None):
     result = {"seed": seed, "train_pairs": len(train), "heldout_pairs": len(heldout), "pool_prompts": len(pool),
               "proxies": {}}
     for name, settings in PROXIES.items():
+        if settings["num_pairs"] > len(train):
+            train = train + preference_sets(seed, policy, more=3)[0]
+            result["train_pairs"] = len(train)
         proxy, info = train_proxy(train, heldout, seed=seed, **settings)
         reads = {name: proxy}
         if settings.get("ensemble", 1) > 1:
@@ -206,7 +215,7 @@ def kl_to_init(policy, init, tokenizer, prompts, *, samples=4, seed=0, max_new_t
 
 GRPO_SETTINGS = {"batch_size": 8, "num_generations": 8, "learning_rate": 1e-3, "eval_size": 0}
 """GRPO against the proxy: the ``sums`` preset with these (β and the steps from the command line)."""
-MEASURE_PROMPTS = 16
+MEASURE_PROMPTS = 12
 """Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
 
 
