@@ -62,7 +62,7 @@ def bradley_terry_loss(rewards_chosen, rewards_rejected, *, margin=None, center_
     if center_rewards_coefficient is not None:
         # λ_c · mean((r_c + r_r)²): keeps the scores' offset near 0 (BT alone cannot see it)
         center = torch.mean((rewards_chosen + rewards_rejected) ** 2)
-        loss = bt
+        loss = bt + center_rewards_coefficient * center
     with torch.no_grad():
         both = torch.cat([rewards_chosen, rewards_rejected]).float()      # (2P,)
         info = {"accuracy": float((difference > 0).float().mean()), "margin": float(difference.mean()),
