@@ -90,6 +90,7 @@ checks every import in the source):
     ``family``          lesson 13's comparison: GRPO against its family on one budget (grpo-edu family)
     ``cost_of_a_step``  lesson 14's measurements: time and memory by part, sample reuse, LoRA's learning rate
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
+    ``overoptimisation`` lesson 17's sweeps: best-of-n and GRPO against a learned reward model, the gold beside it
   ``classroom/`` — the instructor's and the room's tools
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)

@@ -213,13 +213,13 @@ def kl_to_init(policy, init, tokenizer, prompts, *, samples=4, seed=0, max_new_t
                                       "completions": r.completions}
 
 
-GRPO_SETTINGS = {"batch_size": 8, "num_generations": 8, "learning_rate": 1e-3, "eval_size": 0}
+GRPO_SETTINGS = {"batch_size": 8, "num_generations": 8, "learning_rate": 1e-4, "eval_size": 0}
 """GRPO against the proxy: the ``sums`` preset with these (β and the steps from the command line)."""
 MEASURE_PROMPTS = 12
 """Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
 
 
-def grpo_sweep(seed, *, beta=0.0, steps=24, every=3, proxy_name="small", save=lambda result: None):
+def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=lambda result: None):
     """GRPO against seed ``seed``'s proxy: every ``every`` steps the mean gold and proxy of fresh samples on fixed
     held-out prompts and KL(π‖π_init) over them; the gold gain fitted with both of Gao's forms."""
     from grpo_edu.training.reward_models.gold import SumsGoldJudge, gold_scores
