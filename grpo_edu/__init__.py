@@ -19,8 +19,10 @@ checks every import in the source):
     ``gae``             GRPO's family: PPO's critic, GAE(γ, λ) advantages and the clipped value loss
     ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
     ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
+    ``preference``      a reward model's Bradley–Terry loss, TRL's margin and centring terms (lesson 17)
+    ``overoptimisation`` best-of-n's KL, Gao et al.'s gold-reward curves against √KL, their fits and peaks
 
-``training/`` — the training loop and what it needs (lessons 05–08, 16), in six rooms (``from grpo_edu.training import trainer``)
+``training/`` — the training loop and what it needs (lessons 05–08, 16–18), in rooms (``from grpo_edu.training import trainer``)
   ``model/`` — the model
     ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
@@ -55,6 +57,12 @@ checks every import in the source):
     ``extraction``      the answer pulled from free text: strict (the tag) and lenient (the last number)
     ``format_reward``   a reward for ``<think>…</think><answer>…</answer>``, by a regular expression
     ``drift``           decode-then-encode drift between the sampled ids and the re-encoded text
+  ``reward_models/`` — learned rewards (lesson 17)
+    ``reward_model``    a scalar-head model on a backbone (AutoModelForSequenceClassification, one label)
+    ``gold``            the gold judge: a program with several facets the proxy never sees
+    ``preference_data`` pairs sampled from a model, labelled by the gold judge, checked
+    ``reward_trainer``  training a reward model with the Bradley–Terry loss
+    ``reward_function`` a reward model (or an ensemble, mean or min) as GRPO's reward function
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names
@@ -89,6 +97,7 @@ checks every import in the source):
     ``cost_of_a_step``  lesson 14's measurements: time and memory by part, sample reuse, LoRA's learning rate
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
     ``text_clinic``     lesson 16's clinic of text failures: no template, pad = eos, a regex, two graders, drift
+    ``overoptimisation`` lesson 17's sweeps: best-of-n and GRPO against a learned reward model, the gold beside it
   ``classroom/`` — the instructor's and the room's tools
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)

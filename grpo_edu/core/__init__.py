@@ -2,4 +2,5 @@
 gradient (``policy_gradient``), group advantages (``advantages``), the KL estimators (``kl``,
 ``kl_gradients``) and the clipped loss (``losses``), with the paper's symbols (``notation``).
 Then GRPO's family, to compare it with: PPO's critic (``gae``), rejection-sampling fine-tuning
-(``rejection_sampling``) and DPO (``dpo``). Pure functions, tensors or arrays in, ``(result, info)`` out; imports only ``common``."""
+(``rejection_sampling``) and DPO (``dpo``). Then learned rewards: a reward model's
+Bradley–Terry loss (``preference``) and the over-optimisation curves (``overoptimisation``). Pure functions, tensors or arrays in, ``(result, info)`` out; imports only ``common``."""

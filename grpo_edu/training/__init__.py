@@ -1,4 +1,4 @@
-"""The training loop and what it needs, in six rooms (subpackages):
+"""The training loop and what it needs, in rooms (subpackages):
 
 ``model/``      loading a model, the bundled models' tokenizers (characters; BPE with a chat template) and recipe,
                 LoRA, PPO's critic
@@ -9,6 +9,8 @@
 ``runs/``       a run on disk: ``checkpoint``, ``run_folder``
 ``text/``       real text (lesson 16): ``chat`` templates, the ``completion_mask``, answer ``extraction``, the
                 ``format_reward``, decode-then-encode ``drift``
+``reward_models/`` learned rewards: ``reward_model``, the ``gold`` judge, ``preference_data``, ``reward_trainer``,
+                a reward model as a ``reward_function`` (lesson 17)
 
 ``from grpo_edu.training import trainer`` finds a module in its room (:data:`ROOM_OF`); the paths from before the
 rooms (``grpo_edu.training.trainer``, ``python -m grpo_edu.training.make_model``) reach the same module object.
@@ -24,6 +26,7 @@ ROOMS = {
     "trainers": ("config", "trainer", "run_state", "family", "replay"),
     "runs": ("checkpoint", "run_folder"),
     "text": ("chat", "completion_mask", "extraction", "format_reward", "drift"),
+    "reward_models": ("reward_model", "gold", "preference_data", "reward_trainer", "reward_function"),
 }
 ROOM_OF = {module: room for room, modules in ROOMS.items() for module in modules}
 """{module: its room}: ``trainer`` lives in ``grpo_edu.training.trainers.trainer``."""

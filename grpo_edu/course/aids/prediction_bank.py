@@ -101,5 +101,13 @@ PREDICTIONS: dict[str, Prediction] = {
                         "it have moved the policy off the sampler, compared with full fine-tuning: 'about as far', "
                         "'less than half as far' or 'further'?",
                         choices=("about as far", "less than half as far", "further")),
+    "17.P1": Prediction("Best-of-n against a reward model trained on 64 preference pairs: sample n answers, keep the "
+                        "one the reward model scores highest, for n = 1, 2, 4, … 256. The gold score of the kept "
+                        "answer will be highest at: 'the largest n', 'a middle n' or 'n = 1'?",
+                        choices=("the largest n", "a middle n", "n = 1")),
+    "17.P2": Prediction("GRPO against the same kind of reward model for 24 steps. At the end of the run, the gold "
+                        "score compared with the best it reached during the run will be: 'at its best', 'below its "
+                        "best' or 'below where it started'?",
+                        choices=("at its best", "below its best", "below where it started")),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

@@ -1,0 +1,92 @@
+"""Over-optimisation: how far a policy has moved from its start, and Gao et al.'s curves of gold reward against it.
+
+Optimise a proxy reward (a learned reward model) and the proxy's score keeps rising, while the true
+("gold") score rises, peaks and falls (Goodhart's law). Gao, Schulman and Hilton (2022, "Scaling Laws for
+Reward Model Overoptimization", arXiv 2210.10760) measure both against the distance
+
+    d = √KL(π ‖ π_init)
+
+and find two functional forms for the gold score's gain R(d) = gold(d) − gold(0):
+
+    best-of-n:  R_bon(d) = d (α_bon − β_bon · d)           peak at d* = α / (2β)
+    RL:         R_RL(d)  = d (α_RL − β_RL · log d)         peak at d* = exp(α/β − 1)
+
+Best-of-n (sample n answers, keep the one the proxy likes best) needs no training, and its KL from the
+sampling policy is known exactly, whatever the task (Stiennon et al. 2020, appendix; Gao et al. §2):
+
+    KL_bon(n) = log n − (n − 1) / n
+
+Both forms are linear in (α, β), so least squares fits them exactly (no iterative optimiser).
+Everything here is numpy/float math: arrays in, ``(result, info)`` out.
+"""
+
+import math
+
+import numpy as np
+
+from grpo_edu.common import _checks
+
+FORMS = ("bon", "rl")
+"""Gao's two functional forms: "bon", d(α − βd); "rl", d(α − β log d)."""
+
+
+def kl_best_of_n(n):
+    """KL_bon(n) = log n − (n − 1)/n, in nats, for n ≥ 1 (0 at n = 1). Returns ``(kl, info)``, info ``{"d": √KL}``."""
+    _checks.positive_int("n", n, fix="pass the number of samples best-of-n draws, n ≥ 1")
+    kl = math.log(n) - (n - 1) / n
+    return kl, {"d": math.sqrt(kl)}
+
+
+def _basis(d, form):
+    """The two columns whose weights are (α, −β): d and d² (bon), or d and d·log d (rl)."""
+    if form == "bon":
+        return np.stack([d, d * d], axis=1)                     # (K, 2)
+    return np.stack([d, d * np.log(d)], axis=1)                 # (K, 2)
+
+
+def gao_curve(d, alpha, beta, form):
+    """R(d) for the form: d(α − βd) ("bon") or d(α − β log d) ("rl"); R(0) = 0. Returns ``(R, info)``."""
+    _checks.choice("form", form, FORMS)
+    d = np.asarray(d, dtype=float)
+    if d.size and (not np.all(np.isfinite(d)) or d.min() < 0):
+        _checks.fail("d", "must be finite and ≥ 0 (it is √KL)", "pass square roots of KL divergences")
+    safe = np.where(d > 0, d, 1.0)                              # d log d → 0 as d → 0
+    value = d * (alpha - beta * d) if form == "bon" else np.where(d > 0, d * (alpha - beta * np.log(safe)), 0.0)
+    return value, {"form": form, "alpha": float(alpha), "beta": float(beta)}
+
+
+def peak_d(alpha, beta, form):
+    """The d where R(d) peaks: α/(2β) for "bon", exp(α/β − 1) for "rl"; inf when β ≤ 0 (no peak).
+
+    Returns ``(d_star, info)`` with ``info["R_peak"]`` the curve's value there."""
+    _checks.choice("form", form, FORMS)
+    if beta <= 0:
+        return math.inf, {"R_peak": math.inf}
+    # bon: dR/dd = α − 2βd = 0;  rl: dR/dd = α − β log d − β = 0
+    d_star = alpha / (2 * beta) if form == "bon" else math.exp(alpha / beta - 1)
+    value, _ = gao_curve(np.array([d_star]), alpha, beta, form)
+    return d_star, {"R_peak": float(value[0])}
+
+
+def fit_gao(d, R, form):
+    """Least-squares (α, β) of R ≈ R_form(d), the curve through the origin. ``d`` ≥ 0 and ``R`` the gold gain.
+
+    Returns ``((alpha, beta), info)``; info: ``d_peak`` (where the fitted curve peaks), ``R_peak``,
+    ``r2`` (the share of R's variance about 0 the fit explains), ``points`` K.
+    """
+    _checks.choice("form", form, FORMS)
+    d, R = np.asarray(d, dtype=float).ravel(), np.asarray(R, dtype=float).ravel()
+    if d.shape != R.shape:
+        _checks.fail("R", f"has {R.size} values for {d.size} distances", "pass one gold gain per d")
+    keep = d > 0                                            # d = 0 says nothing: every form is 0 there
+    if keep.sum() < 2:
+        _checks.fail("d", f"has {int(keep.sum())} points with d > 0", "pass at least two distances d > 0 to fit two parameters")
+    if not (np.all(np.isfinite(d)) and np.all(np.isfinite(R))) or d.min() < 0:
+        _checks.fail("d", "and R must be finite, with d ≥ 0", "drop NaN points; d is a square root of a KL")
+    X, y = _basis(d[keep], form), R[keep]                   # (K, 2), (K,)
+    (alpha, minus_beta), *_ = np.linalg.lstsq(X, y, rcond=None)
+    alpha, beta = float(alpha), float(-minus_beta)
+    residual = y - X @ np.array([alpha, -beta])
+    r2 = 1.0 - float(residual @ residual) / max(float(y @ y), 1e-12)
+    d_star, peak = peak_d(alpha, beta, form)
+    return (alpha, beta), {"d_peak": d_star, "R_peak": peak["R_peak"], "r2": r2, "points": int(keep.sum())}

@@ -1,0 +1,343 @@
+"""Lesson 17's experiments: optimise a learned proxy reward and watch the gold reward rise, peak and fall.
+
+The proxy is a reward model (``training/reward_models``) trained on a few gold-labelled preference pairs
+sampled from ``assets/tiny-sums``; the gold is :class:`~grpo_edu.training.reward_models.gold.SumsGoldJudge`.
+Two ways of optimising the proxy, each measured against d = √KL(π‖π_init) (Gao et al. 2022):
+
+``best_of_n``  no training: sample n answers, keep the proxy's favourite; KL_bon = log n − (n−1)/n
+               (``core.overoptimisation.kl_best_of_n``); n = 1 … 256, every n read from the same 256
+               samples per prompt split into 256/n disjoint groups
+``grpo``       GRPOTrainer with the proxy as its reward function and the gold logged beside it
+               (``reward_weights=[1, 0]``); every few steps, on fixed held-out prompts, the mean gold and
+               proxy of fresh samples and KL(π‖π_init) = E_{y~π}[log π(y) − log π_init(y)] over those samples
+
+The levers, each against the same curve: ``num_pairs`` (more preference data), ``ensemble`` (several RMs
+on different pairs, combined by mean or min; Coste et al. 2023), ``beta`` (GRPO's KL penalty), and
+``center_rewards_coefficient`` (TRL's centring; Eisenstein et al. 2023).
+
+Stored sweeps (seeds 0–2): ``assets/overoptimisation/*.json``, each with the command that made it;
+:func:`stored` reads them. Make them with ``python -m grpo_edu.course.experiments.overoptimisation --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.training.model.models import ASSETS
+
+STORED = ASSETS / "overoptimisation"
+NS = tuple(2 ** k for k in range(9))
+"""best-of-n's n: 1, 2, 4, … 256."""
+PROXIES = {
+    "small": {"num_pairs": 64},
+    "centred": {"num_pairs": 64, "center_rewards_coefficient": 0.1},
+    "ensemble": {"num_pairs": 64, "ensemble": 3},
+    "large": {"num_pairs": 256},
+}
+"""The proxies the levers compare: ``small`` is the baseline (few pairs), each other changes one thing.
+``ensemble``: 3 members on the same 64 pairs, each with its own head seed and pair order (as Coste et al. vary
+only the seed), read twice: their mean and their min. ``large`` needs more pairs, sampled when it is reached."""
+POOL_ROWS = 12
+"""Held-out prompts (after the RM's 200) best-of-n samples 256 answers each for."""
+PAIR_ROWS = 100
+"""Train prompts sampled for the small proxies' pairs (4 answers each; about 9 in 10 give a pair). ``large``
+samples 3 × as many more."""
+EVAL_ROWS = 100
+"""Held-out prompts for the RM's held-out accuracy (pairs sampled the same way)."""
+
+
+def _torch():
+    import torch
+    torch.set_num_threads(1)
+    return torch
+
+
+def base_policy():
+    """(model, tokenizer): the bundled ``tiny-sums``, the policy before any optimisation."""
+    from grpo_edu.training.model.models import load_model_and_tokenizer, sums_model_dir
+    return load_model_and_tokenizer(str(sums_model_dir()))
+
+
+def preference_sets(seed, policy=None, *, more=0):
+    """(train pairs, held-out pairs) sampled from the base policy with ``seed``, labelled by the gold judge.
+    ``more`` > 0: only ``more`` × PAIR_ROWS further train rows' pairs (for the ``large`` proxy), no held-out."""
+    from grpo_edu.training.reward_models import gold, preference_data
+    from grpo_edu.training.task.tasks import get_task
+    model, tok = policy or base_policy()
+    task, judge = get_task("sums"), gold.SumsGoldJudge()
+    start = seed * 4 * PAIR_ROWS + (PAIR_ROWS if more else 0)           # each seed owns 4 × PAIR_ROWS train rows
+    rows = task.split("train")[start:start + (more or 1) * PAIR_ROWS]
+    train, _ = preference_data.sample_pairs(model, tok, rows, judge, num_generations=4, seed=seed + 100 * more)
+    if more:
+        return train, None
+    heldout, _ = preference_data.sample_pairs(model, tok, task.split("heldout", EVAL_ROWS), judge,
+                                              num_generations=4, seed=1000 + seed)
+    return train, heldout
+
+
+def train_proxy(pairs, heldout, *, num_pairs, seed, ensemble=1, combine="mean", center_rewards_coefficient=None,
+                epochs=4, learning_rate=1e-3):
+    """A proxy reward function trained on the first ``num_pairs`` pairs (each ensemble member with its own head seed
+    and pair order), and ``info``: each member's held-out accuracy and ``models`` (to combine otherwise)."""
+    from grpo_edu.training.model.models import sums_model_dir
+    from grpo_edu.training.reward_models import reward_function, reward_model, reward_trainer
+    if num_pairs > len(pairs):
+        fail("num_pairs", f"{num_pairs} is more than the {len(pairs)} pairs sampled",
+             "ask for fewer pairs or sample more rows (PAIR_ROWS)")
+    models, accuracy = [], []
+    for k in range(ensemble):
+        rm, tok = reward_model.make_reward_model(sums_model_dir(), seed=seed * 10 + k)
+        reward_trainer.train_reward_model(rm, tok, pairs[:num_pairs], epochs=epochs,
+                                          learning_rate=learning_rate, seed=seed * 10 + k,
+                                          center_rewards_coefficient=center_rewards_coefficient)
+        accuracy.append(reward_trainer.pair_accuracy(rm, tok, heldout)[0])
+        models.append(rm)
+    proxy = reward_function.RewardModelReward(models, tok, combine=combine, name="proxy")
+    return proxy, {"heldout_accuracy": accuracy, "models": models, "tokenizer": tok}
+
+
+def sample_pool(policy, rows, *, n_max=256, seed=0, max_new_tokens=42):
+    """n_max answers to each row from ``policy``: a list of (prompt, answer, [completions])."""
+    torch = _torch()
+    from grpo_edu.training.rollouts import engine
+    model, tok = policy
+    generator = torch.Generator().manual_seed(seed)
+    pool = []
+    for row in rows:
+        r = engine.generate(model, tok, [row["prompt"]], num_generations=n_max, max_new_tokens=max_new_tokens,
+                            generator=generator)
+        pool.append((row["prompt"], row["answer"], r.completions))
+    return pool
+
+
+def best_of_n(pool, proxy, judge, ns=NS):
+    """Mean gold and proxy of the proxy's pick among n, for each n, from the same samples.
+
+    For each prompt its samples are cut into len/n disjoint groups of n and each group's proxy-best taken.
+    Returns ``(curve, info)``: curve one dict per n ``{"n", "kl", "d", "gold", "proxy"}``; info ``picks``
+    {n: [(prompt, answer, pick)]} for the smallest and largest n."""
+    from grpo_edu.core.overoptimisation import kl_best_of_n
+    from grpo_edu.training.reward_models.gold import gold_scores
+    scored = []
+    for prompt, answer, completions in pool:
+        proxy_scores = proxy([prompt] * len(completions), completions)
+        gold = gold_scores(judge, [prompt] * len(completions), completions, [answer] * len(completions))
+        scored.append((prompt, answer, completions, proxy_scores, gold))
+    curve, kept = [], {}
+    for n in ns:
+        golds, proxies, picks = [], [], []
+        for prompt, answer, completions, p, g in scored:
+            for start in range(0, len(completions) - n + 1, n):
+                best = max(range(start, start + n), key=lambda i: p[i])
+                golds.append(g[best]), proxies.append(p[best]), picks.append((prompt, answer, completions[best]))
+        kl, info = kl_best_of_n(n)
+        curve.append({"n": n, "kl": kl, "d": info["d"], "gold": sum(golds) / len(golds),
+                      "proxy": sum(proxies) / len(proxies)})
+        if n in (min(ns), max(ns)):
+            kept[n] = picks
+    return curve, {"picks": kept}
+
+
+def pick_counts(picks, judge):
+    """What best-of-n's picks (prompt, answer, pick) are: how many have each gold facet (``length``: longer than the
+    careful worked solution; ``format``: malformed), and their mean length in characters."""
+    counts = {"picks": len(picks)}
+    for prompt, answer, pick in picks:
+        for facet, v in judge.facets(prompt, pick, answer).items():
+            counts[facet] = counts.get(facet, 0) + v
+    counts["mean_length"] = sum(len(p[2]) for p in picks) / max(len(picks), 1)
+    return counts
+
+
+def bon_sweep(seed, save=lambda result: None):
+    """Seed ``seed``'s best-of-n sweep: every proxy of :data:`PROXIES`, their held-out accuracy, curves and fits."""
+    from grpo_edu.core.overoptimisation import fit_gao
+    from grpo_edu.training.reward_models.gold import SumsGoldJudge
+    from grpo_edu.training.reward_models.reward_function import RewardModelReward
+    from grpo_edu.training.task.tasks import get_task
+    _torch()
+    policy = base_policy()
+    train, heldout = preference_sets(seed, policy)
+    rows = get_task("sums").split("heldout")[EVAL_ROWS + seed * POOL_ROWS:EVAL_ROWS + (seed + 1) * POOL_ROWS]
+    pool = sample_pool(policy, rows, seed=seed)
+    judge = SumsGoldJudge()
+    result = {"seed": seed, "train_pairs": len(train), "heldout_pairs": len(heldout), "pool_prompts": len(pool),
+              "proxies": {}}
+    for name, settings in PROXIES.items():
+        if settings["num_pairs"] > len(train):
+            train = train + preference_sets(seed, policy, more=3)[0]
+            result["train_pairs"] = len(train)
+        proxy, info = train_proxy(train, heldout, seed=seed, **settings)
+        reads = {name: proxy}
+        if settings.get("ensemble", 1) > 1:
+            reads = {f"{name}_mean": proxy,
+                     f"{name}_min": RewardModelReward(info["models"], info["tokenizer"], combine="min", name="proxy")}
+        for read, fn in reads.items():
+            curve, picks = best_of_n(pool, fn, judge)
+            gains = [c["gold"] - curve[0]["gold"] for c in curve]
+            fit, fit_info = fit_gao([c["d"] for c in curve], gains, "bon")
+            result["proxies"][read] = {"settings": settings, "heldout_accuracy": info["heldout_accuracy"],
+                                       "curve": curve, "fit_bon": {"alpha": fit[0], "beta": fit[1], **fit_info},
+                                       "picks_at_max_n": picks["picks"][max(NS)],
+                                       "counts": {n: pick_counts(p, judge) for n, p in picks["picks"].items()}}
+            save(result)
+            print(f"seed {seed} {read}: acc {info['heldout_accuracy']} gold {[round(c['gold'], 2) for c in curve]}",
+                  flush=True)
+    return result
+
+
+def kl_to_init(policy, init, tokenizer, prompts, *, samples=4, seed=0, max_new_tokens=42):
+    """KL(π‖π_init) = E_{y~π}[Σ_t log π(y_t|·) − log π_init(y_t|·)] over ``samples`` fresh answers per prompt,
+    in nats per answer. Returns ``(kl, info)``; info ``prompts``, ``completions`` (the samples, for scoring)."""
+    torch = _torch()
+    from grpo_edu.training.rollouts import engine
+    from grpo_edu.training.rollouts.rollout import completion_logprobs
+    generator = torch.Generator().manual_seed(seed)
+    was_training = policy.training
+    policy.eval()
+    with torch.no_grad():
+        r = engine.generate(policy, tokenizer, prompts, num_generations=samples, max_new_tokens=max_new_tokens,
+                            generator=generator)
+        T = r.completion_ids.shape[1]
+        logp, _ = completion_logprobs(policy, r.input_ids, r.attention_mask, T)          # (N, T)
+        logp_init, _ = completion_logprobs(init, r.input_ids, r.attention_mask, T)       # (N, T)
+        per_answer = ((logp - logp_init) * r.completion_mask).sum(-1)                     # (N,)
+    policy.train(was_training)
+    return float(per_answer.mean()), {"prompts": [p for p in prompts for _ in range(samples)],
+                                      "completions": r.completions}
+
+
+GRPO_SETTINGS = {"batch_size": 8, "num_generations": 8, "learning_rate": 1e-4, "eval_size": 0}
+"""GRPO against the proxy: the ``sums`` preset with these (β and the steps from the command line)."""
+MEASURE_PROMPTS = 12
+"""Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
+
+
+def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=lambda result: None):
+    """GRPO against seed ``seed``'s proxy: every ``every`` steps the mean gold and proxy of fresh samples on fixed
+    held-out prompts and KL(π‖π_init) over them; the gold gain fitted with both of Gao's forms."""
+    from grpo_edu.training.reward_models.gold import SumsGoldJudge, gold_scores
+    from grpo_edu.training.task.tasks import get_task
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
+    _torch()
+    init, tok = base_policy()
+    train, heldout = preference_sets(seed, (init, tok))
+    proxy, info = train_proxy(train, heldout, seed=seed, **PROXIES[proxy_name])
+    judge = SumsGoldJudge()
+    rows = get_task("sums").split("heldout")[EVAL_ROWS:EVAL_ROWS + MEASURE_PROMPTS]
+    answers = {r["prompt"]: r["answer"] for r in rows}
+    config = GRPOConfig.preset("sums", **GRPO_SETTINGS, beta=beta, total_training_steps=steps, seed=seed)
+    trainer = GRPOTrainer(config, reward_funcs=[proxy, judge], reward_weights=[1.0, 0.0])
+    points, samples = [], {}
+
+    def measure(step):
+        kl, s = kl_to_init(trainer.model, init, tok, [r["prompt"] for r in rows], seed=10_000 + step)
+        gold = gold_scores(judge, s["prompts"], s["completions"], [answers[p] for p in s["prompts"]])
+        prox = proxy(s["prompts"], s["completions"])
+        points.append({"step": step, "kl": kl, "d": math.sqrt(max(kl, 0.0)), "gold": sum(gold) / len(gold),
+                       "proxy": sum(prox) / len(prox),
+                       "mean_length": sum(map(len, s["completions"])) / len(s["completions"])})
+        samples[str(step)] = list(zip(s["prompts"], s["completions"]))[:: 8]
+        print(f"seed {seed} β {beta} step {step}: " + str({k: round(v, 3) for k, v in points[-1].items()}), flush=True)
+
+    result = {"seed": seed, "beta": beta, "steps": steps, "settings": GRPO_SETTINGS, "proxy": proxy_name,
+              "heldout_accuracy": info["heldout_accuracy"], "points": points, "train_log": [], "fits": {},
+              "samples": samples}
+    measure(0)
+    for step in range(1, steps + 1):
+        m = trainer.step()
+        result["train_log"].append({"step": step, "proxy": m["reward/proxy"], "gold": m["reward/gold"]})
+        if step % every == 0:
+            measure(step)
+            if len(points) >= 3:
+                result["fits"] = fit_both(points)
+            result["steps_done"] = step
+            save(result)
+    return result
+
+
+def fit_both(points):
+    """Both of Gao's forms fitted to the gold gain over a run's points {"d", "gold"}: {form: α, β, d_peak, r2…}."""
+    from grpo_edu.core.overoptimisation import fit_gao
+    gains = [p["gold"] - points[0]["gold"] for p in points]
+    fits = {}
+    for form in ("bon", "rl"):
+        (alpha, b), fit_info = fit_gao([p["d"] for p in points], gains, form)
+        fits[form] = {"alpha": alpha, "beta": b, **fit_info}
+    return fits
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.overoptimisation",
+                                     description="Lesson 17's sweeps: best-of-n and GRPO against a learned proxy.")
+    parser.add_argument("what", choices=("bon", "grpo"))
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", default=str(STORED))
+    parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
+    parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
+    args = parser.parse_args(argv)
+    t0 = time.time()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"bon-seed{args.seed}.json" if args.what == "bon" else f"grpo-beta{args.beta:g}-seed{args.seed}.json"
+    command = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+
+    def save(result):                     # after each proxy / each measurement: a stopped sweep keeps what it did
+        result["command"], result["seconds"] = command, round(time.time() - t0)
+        (out / name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+    if args.what == "bon":
+        result = bon_sweep(args.seed, save=save)
+    else:
+        result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, save=save)
+    result["complete"] = True
+    save(result)
+    print(f"wrote {out / name} in {result['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()
+
+
+def stored(kind="bon", *, beta=0.0, folder=None):
+    """The stored sweeps of ``kind`` ("bon" or "grpo" at KL penalty ``beta``), one dict per seed found, by seed."""
+    choice("kind", kind, ("bon", "grpo"))
+    folder = Path(folder or STORED)
+    pattern = "bon-seed*.json" if kind == "bon" else f"grpo-beta{beta:g}-seed*.json"
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(pattern))]
+    if not runs:
+        fail("kind", f"no stored {kind} sweep in {folder}", "make them with the command in this module's docstring")
+    return sorted(runs, key=lambda r: r["seed"])
+
+
+def gold_peak(points, *, fall=0.05):
+    """Where the gold score peaks along ``points`` (dicts with "d" and "gold", in order of d) and whether it falls
+    after: ``(d_peak, info)``; info ``gold_peak``, ``gold_start``, ``gold_end``, ``rises`` (peak above the start by
+    more than ``fall``), ``falls`` (end below the peak by more than ``fall``), ``interior`` (both)."""
+    golds = [p["gold"] for p in points]
+    k = max(range(len(golds)), key=golds.__getitem__)
+    rises, falls = golds[k] > golds[0] + fall, golds[-1] < golds[k] - fall
+    return points[k]["d"], {"gold_peak": golds[k], "gold_start": golds[0], "gold_end": golds[-1], "index": k,
+                            "rises": rises, "falls": falls, "interior": rises and falls}
+
+
+def draw(ax, points, fits=None, *, label="", color=None):
+    """Gold (solid) and proxy (dashed) against d on ``ax``; each fitted Gao form of ``fits`` drawn dotted."""
+    import numpy as np
+    from grpo_edu.core.overoptimisation import gao_curve
+    d = [p["d"] for p in points]
+    line, = ax.plot(d, [p["gold"] for p in points], "o-", color=color, label=f"gold {label}")
+    ax.plot(d, [p["proxy"] for p in points], "s--", color=line.get_color(), alpha=0.5, label=f"proxy {label}")
+    grid = np.linspace(0, max(d), 50)
+    for form, fit in (fits or {}).items():
+        R, _ = gao_curve(grid, fit["alpha"], fit["beta"], form)
+        ax.plot(grid, points[0]["gold"] + R, ":", color=line.get_color(), lw=2 if form == "rl" else 1)
+    ax.set_xlabel("d = √KL(π ‖ π_init)")

@@ -1,0 +1,89 @@
+"""A reward model: the backbone's body with a scalar head, r_φ(x, y) ∈ ℝ for a prompt x and answer y.
+
+As TRL's ``RewardTrainer`` requires, it is an ``AutoModelForSequenceClassification`` with ``num_labels=1``:
+the backbone's transformer reads the whole text (prompt, answer, ``<eos>``) and a linear head ``score``
+maps the hidden state of the last real token to one number. Any causal-LM folder works as the backbone
+(the bundled ``assets/tiny-sums``, or a hub name); the head starts random (seeded), the body pretrained.
+Saved with ``save_pretrained`` it loads back with a plain ``AutoModelForSequenceClassification.from_pretrained``.
+
+Texts are padded on the *right* (as TRL's ``DataCollatorForPreference`` does), so position ids need no
+correction; the head reads the last token that is not ``<pad>``.
+"""
+
+import torch
+
+from grpo_edu.common import _checks
+
+
+def make_reward_model(backbone, *, seed=0):
+    """(reward model, tokenizer): ``backbone`` (a folder or hub name of a causal LM) with a fresh scalar head.
+
+    The head's weights come from ``seed`` alone (the body is the backbone's)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
+    if tokenizer.pad_token_id is None:
+        _checks.fail("backbone", f"{backbone}'s tokenizer has no pad token", "set tokenizer.pad_token before use")
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()                   # "score.weight newly initialized" is the point here
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                str(backbone), num_labels=1, pad_token_id=tokenizer.pad_token_id, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return check_reward_model(model), tokenizer
+
+
+def check_reward_model(model, arg="reward_model"):
+    """Refuse a model that does not give exactly one number per text (TRL: "reward models require num_labels=1")."""
+    labels = getattr(getattr(model, "config", None), "num_labels", None)
+    if labels != 1:
+        _checks.fail(arg, f"has {labels} outputs (config.num_labels), a reward model gives one number",
+                     "build it with AutoModelForSequenceClassification.from_pretrained(..., num_labels=1)")
+    if getattr(model.config, "pad_token_id", None) is None:
+        _checks.fail(arg, "has no config.pad_token_id, so it cannot find each text's last token",
+                     "set model.config.pad_token_id = tokenizer.pad_token_id")
+    return model
+
+
+def text_ids(tokenizer, prompts, completions):
+    """Token ids of each prompt + completion + ``<eos>`` (``<bos>`` first when the tokenizer adds one), as lists."""
+    texts = [p + c for p, c in zip(prompts, completions)]
+    return [ids + [tokenizer.eos_token_id] for ids in tokenizer(texts)["input_ids"]]
+
+
+def pad_right(id_lists, pad_token_id):
+    """(input_ids, attention_mask), (N, L) each, padded on the right."""
+    L = max(len(ids) for ids in id_lists)
+    input_ids = torch.full((len(id_lists), L), pad_token_id, dtype=torch.long)    # (N, L)
+    attention_mask = torch.zeros((len(id_lists), L), dtype=torch.long)            # (N, L)
+    for i, ids in enumerate(id_lists):
+        input_ids[i, :len(ids)] = torch.tensor(ids)
+        attention_mask[i, :len(ids)] = 1
+    return input_ids, attention_mask
+
+
+def score_ids(model, id_lists):
+    """r_φ of each text given as token ids → (N,) tensor, with gradient when grad is on."""
+    device = next(model.parameters()).device
+    input_ids, attention_mask = pad_right(id_lists, model.config.pad_token_id)
+    out = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False)
+    return out.logits.squeeze(-1)                                                 # (N, 1) → (N,)
+
+
+@torch.no_grad()
+def score(model, tokenizer, prompts, completions, *, batch_size=256):
+    """r_φ(x, y) for each (prompt, completion) → (N,) float tensor on the CPU, in eval mode, no gradient."""
+    check_reward_model(model)
+    if len(prompts) != len(completions):
+        _checks.fail("completions", f"has {len(completions)} texts for {len(prompts)} prompts",
+                     "pass one completion per prompt")
+    was_training = model.training
+    model.eval()
+    ids = text_ids(tokenizer, prompts, completions)
+    scores = [score_ids(model, ids[i:i + batch_size]).float().cpu() for i in range(0, len(ids), batch_size)]
+    model.train(was_training)
+    return torch.cat(scores) if scores else torch.zeros(0)
