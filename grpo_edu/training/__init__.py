@@ -6,6 +6,8 @@
 ``task/``       the tasks (``tasks``, ``sums``, ``calc``, ``task_setup``), their ``rewards``, ``evaluation``
 ``trainers/``   ``config``, ``trainer`` (the algorithm box) with its ``run_state``, GRPO's ``family``, ``replay``
 ``runs/``       a run on disk: ``checkpoint``, ``run_folder``
+``asynchronous/`` sampling and training apart: ``versions`` (published weights, tagged batches), ``lagged`` (a
+                sampler k updates behind, one process), ``processes`` (the sampler in its own process)
 
 ``from grpo_edu.training import trainer`` finds a module in its room (:data:`ROOM_OF`); the paths from before the
 rooms (``grpo_edu.training.trainer``, ``python -m grpo_edu.training.make_model``) reach the same module object.
@@ -20,6 +22,7 @@ ROOMS = {
     "task": ("tasks", "sums", "calc", "task_setup", "rewards", "evaluation"),
     "trainers": ("config", "trainer", "run_state", "family", "replay"),
     "runs": ("checkpoint", "run_folder"),
+    "asynchronous": ("versions", "lagged", "processes"),
 }
 ROOM_OF = {module: room for room, modules in ROOMS.items() for module in modules}
 """{module: its room}: ``trainer`` lives in ``grpo_edu.training.trainers.trainer``."""
