@@ -31,9 +31,9 @@ import torch
 from grpo_edu.common._checks import fail, write_result_file
 from grpo_edu.training.model.models import ASSETS
 
-COMMON = dict(batch_size=4, num_generations=8, total_training_steps=24, beta=0.0, learning_rate=6e-4,
+COMMON = dict(batch_size=4, num_generations=8, total_training_steps=16, beta=0.0, learning_rate=6e-4,
               eval_size=64, eval_every=0, lr_scheduler_type="constant")
-"""The settings of every run (on ``GRPOConfig.preset("sums")``): 32 answers a step, 768 in a run."""
+"""The settings of every run (on ``GRPOConfig.preset("sums")``): 32 answers a step, 512 in a run."""
 LAGS = (0, 1, 2, 4, 8)
 LADDER_LAG = 4
 CORRECTIONS = ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask")
@@ -60,12 +60,28 @@ def train_run(seed, lag, correction="behaviour_clip", **overrides):
             "history": [{k: m.get(k) for k in KEEP} for m in history]}
 
 
-def sweep(seeds):
-    return [train_run(s, k) for k in LAGS for s in seeds]
+def _runs(part, jobs, folder):
+    """Run ``jobs`` ((seed, lag, correction) each) seed by seed, each run stored in ``folder/part/`` as soon as it
+    ends (a run already there is read, not run again); returns them all."""
+    out = []
+    (folder / part).mkdir(parents=True, exist_ok=True)
+    for seed, lag, correction in sorted(jobs):
+        path = folder / part / f"seed{seed}-lag{lag}-{correction}.json"
+        if path.exists():
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+            continue
+        run = train_run(seed, lag, correction)
+        write_result_file(path, json.dumps(run), overwrite=True)
+        out.append(run)
+    return out
 
 
-def ladder(seeds):
-    return [train_run(s, LADDER_LAG, c) for c in CORRECTIONS for s in seeds]
+def sweep(seeds, folder=STORE):
+    return _runs("sweep", [(s, k, "behaviour_clip") for k in LAGS for s in seeds], folder)
+
+
+def ladder(seeds, folder=STORE):
+    return _runs("ladder", [(s, LADDER_LAG, c) for c in CORRECTIONS for s in seeds], folder)
 
 
 def _sample_topk(model, prompt_ids, steps, top_k, generator):
@@ -138,9 +154,83 @@ def wallclock(seed=0, steps=12):
     return rows
 
 
+def summary(runs, by="lag"):
+    """One row per ``by`` value (lag or correction), means over the seeds: held-out accuracy before and after,
+    and over the steps after the first k (where the lag is in force) the log-ratio spread σ(log π_θ/μ), the clip
+    fraction, the masked fraction and KL(μ‖π)."""
+    rows = {}
+    for run in runs:
+        rows.setdefault(run[by], []).append(run)
+    table = []
+    for key, group in rows.items():
+        def mean(values):
+            values = [v for v in values if v is not None]
+            return sum(values) / len(values) if values else None
+
+        def late(name):
+            return mean([mean([m[name] for m in r["history"][r["lag"]:]]) for r in group])
+
+        table.append({by: key, "seeds": sorted(r["seed"] for r in group),
+                      "accuracy_before": mean([r["evals"][0]["accuracy"] for r in group]),
+                      "accuracy_after": mean([r["evals"][-1]["accuracy"] for r in group]),
+                      "accuracy_after_each": [r["evals"][-1]["accuracy"] for r in sorted(group, key=lambda r: r["seed"])],
+                      "log_ratio_std": late("log_ratio_std"), "clip_fraction": late("clip_fraction"),
+                      "masked_fraction": late("masked_fraction"), "kl_behaviour": late("kl_behaviour"),
+                      "samples": group[0]["history"][-1]["samples_drawn"]})
+    return table
+
+
+def plot_timeline(timeline, ax=None):
+    """The two processes over time: one bar per batch drawn (sampler) and trained on (trainer), each labelled with
+    the policy version that drew it."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(9, 2.4))[1]
+    t0 = min(row["draw_started"] for row in timeline)
+    for row in timeline:
+        ax.barh(1, row["draw_ended"] - row["draw_started"], left=row["draw_started"] - t0, color="tab:blue",
+                edgecolor="white")
+        ax.text((row["draw_started"] + row["draw_ended"]) / 2 - t0, 1, f"b{row['step']}\nv{row['policy_version']}",
+                ha="center", va="center", fontsize=7, color="white")
+        ax.barh(0, row["train_ended"] - row["train_started"], left=row["train_started"] - t0, color="tab:orange",
+                edgecolor="white")
+        ax.text((row["train_started"] + row["train_ended"]) / 2 - t0, 0, f"s{row['step']}", ha="center",
+                va="center", fontsize=7)
+    ax.set_yticks([0, 1], ["trainer", "sampler"])
+    ax.set_xlabel("seconds")
+    return ax
+
+
+def plot_sweep(runs, seconds_per_step=None, axes=None):
+    """Training reward against answers sampled (and against seconds, given ``{lag: seconds per step}``), the mean
+    over seeds for each lag."""
+    import matplotlib.pyplot as plt
+
+    axes = axes or plt.subplots(1, 2 if seconds_per_step else 1, figsize=(10, 3.2), squeeze=False)[1][0]
+    lags = sorted({r["lag"] for r in runs})
+    for lag in lags:
+        group = [r for r in runs if r["lag"] == lag]
+        steps = len(group[0]["history"])
+        reward = [sum(r["history"][i]["reward_mean"] for r in group) / len(group) for i in range(steps)]
+        samples = [group[0]["history"][i]["samples_drawn"] for i in range(steps)]
+        axes[0].plot(samples, reward, label=f"k = {lag}")
+        if seconds_per_step:
+            axes[1].plot([(i + 1) * seconds_per_step[lag] for i in range(steps)], reward, label=f"k = {lag}")
+    axes[0].set_xlabel("answers sampled")
+    axes[0].set_ylabel("training reward (mean of seeds)")
+    axes[0].legend(fontsize=7)
+    if seconds_per_step:
+        axes[1].set_xlabel("seconds (from the measured step times)")
+    return axes
+
+
 def stored(part):
-    """The stored JSON of ``part`` (``assets/async-runs/<part>.json``)."""
-    return json.loads((STORE / f"{part}.json").read_text(encoding="utf-8"))
+    """The stored runs of ``part``: sweep and ladder, the list of runs in ``assets/async-runs/<part>/`` (one file a
+    run); mismatch and wallclock, the ``result`` of ``assets/async-runs/<part>.json``."""
+    folder = STORE / part
+    if folder.is_dir():
+        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    return json.loads((STORE / f"{part}.json").read_text(encoding="utf-8"))["result"]
 
 
 def main(argv=None):
@@ -155,11 +245,11 @@ def main(argv=None):
         fail("--seeds", f"must be ≥ 0, got {args.seeds}", "pass seeds such as 0 1 2")
     torch.set_num_threads(1)
     start = time.perf_counter()
-    result = {"sweep": lambda: sweep(args.seeds), "ladder": lambda: ladder(args.seeds),
+    folder = Path(args.out) if args.out else STORE
+    result = {"sweep": lambda: sweep(args.seeds, folder), "ladder": lambda: ladder(args.seeds, folder),
               "mismatch": lambda: mismatch(args.seeds), "wallclock": lambda: wallclock(args.seeds[0])}[args.part]()
     command = "OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.asynchronous " + " ".join(argv or sys.argv[1:])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    folder = Path(args.out) if args.out else STORE
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"command": command, "settings": COMMON, "cores": os.cpu_count(), "load_average": load,
                        "seconds": time.perf_counter() - start, "result": result}, indent=1)
