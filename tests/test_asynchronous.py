@@ -60,7 +60,8 @@ def test_a_resumed_lagged_run_equals_an_uninterrupted_one(tmp_path, random_model
     first = _trainer(model_b, char_tokenizer, **same, total_training_steps=3, output_dir=str(tmp_path / "run"))
     first.train(progress=False)
     fresh = copy.deepcopy(model_b)                                   # any start: the checkpoint sets the weights
-    rest = _trainer(fresh, char_tokenizer, **same, output_dir=str(tmp_path / "run")).train(resume_from=str(tmp_path / "run"), progress=False)
+    rest = _trainer(fresh, char_tokenizer, **same, output_dir=str(tmp_path / "run"))
+    rest = rest.train(resume_from=str(tmp_path / "run"), progress=False)
     assert whole[-1]["log_ratio_std"] > 1e-3 and whole[-1]["truncated_fraction"] >= 0
     for a, b in zip(whole, rest):
         assert [a[k] for k in KEYS] == pytest.approx([b[k] for k in KEYS], abs=1e-6)
