@@ -32,7 +32,6 @@ the behaviour ratio's spread (``log_ratio_std``: σ of log(π_prox/μ) over the 
 weight the cap lowered).
 """
 
-
 from grpo_edu.common import _checks
 from grpo_edu.core.kl import kl_estimate
 from grpo_edu.core.losses import grpo_loss

@@ -31,7 +31,7 @@ import torch
 from grpo_edu.common._checks import fail, write_result_file
 from grpo_edu.training.model.models import ASSETS
 
-COMMON = dict(batch_size=4, num_generations=8, total_training_steps=16, beta=0.0, learning_rate=6e-4,
+COMMON = dict(batch_size=4, num_generations=8, total_training_steps=16, beta=0.0, learning_rate=3e-4,
               eval_size=64, eval_every=0, lr_scheduler_type="constant")
 """The settings of every run (on ``GRPOConfig.preset("sums")``): 32 answers a step, 512 in a run."""
 LAGS = (0, 1, 2, 4, 8)
