@@ -246,3 +246,45 @@ def test_no_clipping_is_exported_to_verl_as_no_clipping():
     assert torch.equal(w.grad, torch.full((3,), 5.0))
     torch.nn.utils.clip_grad_norm_([w], 0.0)                            # what 0 would have done
     assert torch.equal(w.grad, torch.zeros(3))
+
+
+ASYNC_CONFIGS = [GRPOConfig(policy_lag=2, off_policy_correction=name, lr_scheduler_type="constant")
+                 for name in ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask")]
+
+
+def test_the_async_settings_use_verls_own_keys():
+    """The rollout correction's keys are in verl's default trainer config; the fully asynchronous trainer's in its
+    own shipped YAML (experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml)."""
+    from grpo_edu.beyond.export import VERL_ASYNC_KEYS
+
+    shipped = _verl_trainer_config()
+    yaml = pytest.importorskip("yaml")
+    folder = Path(importlib.util.find_spec("verl").origin).parent / "experimental" / "fully_async_policy" / "config"
+    fully_async = yaml.safe_load((folder / "fully_async_ppo_trainer.yaml").read_text())
+    for c in ASYNC_CONFIGS:
+        pairs, unmatched = to_verl(c)[1]["pairs"], dict(to_verl(c)[1]["unmatched"])
+        for key, _ in pairs:
+            _assert_verl_has(fully_async if key in VERL_ASYNC_KEYS else shipped, key)
+        assert "policy_lag" in unmatched and "staleness_threshold" in unmatched["policy_lag"]
+    pairs = dict(to_verl(ASYNC_CONFIGS[1])[1]["pairs"])
+    assert pairs["algorithm.rollout_correction.bypass_mode"] is True and pairs[
+        "algorithm.rollout_correction.loss_type"] == "ppo_clip"
+    pairs = dict(to_verl(ASYNC_CONFIGS[3])[1]["pairs"])
+    assert pairs["algorithm.rollout_correction.rollout_is"] == "token" and pairs[
+        "algorithm.rollout_correction.rollout_is_threshold"] == 2.0
+    assert "algorithm.rollout_correction.bypass_mode" not in dict(to_verl(GRPOConfig())[1]["pairs"])
+
+
+def test_the_async_settings_use_trls_async_config_names():
+    import dataclasses
+
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    names = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
+    for c in ASYNC_CONFIGS:
+        settings = to_trl(c)[1]["async"]
+        assert set(settings["kwargs"]) <= names and set(settings["why"]) <= set(settings["kwargs"])
+    assert to_trl(ASYNC_CONFIGS[1])[1]["async"]["kwargs"]["max_staleness"] == 2
+    assert to_trl(ASYNC_CONFIGS[1])[1]["async"]["unmatched"] == []
+    assert "token_truncate" in dict(to_trl(ASYNC_CONFIGS[3])[1]["async"]["unmatched"])["off_policy_correction"]
+    assert "async" not in to_trl(GRPOConfig())[1]

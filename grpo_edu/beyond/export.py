@@ -144,7 +144,37 @@ def to_trl(config=None, *, num_processes=1):
                                                     "held-out prompts as eval_dataset and set eval_strategy"))
     unmatched.append(("model / task", "TRL takes the model path, a datasets.Dataset of prompts and the reward "
                                       "function as GRPOTrainer arguments"))
-    return kwargs, {"why": why, "unmatched": unmatched, "peft_config": peft_settings(c)}
+    info = {"why": why, "unmatched": unmatched, "peft_config": peft_settings(c)}
+    if c.policy_lag:
+        info["async"] = trl_async_settings(c)
+        unmatched.extend(info["async"]["unmatched"])
+    return kwargs, info
+
+
+def trl_async_settings(config):
+    """An asynchronous run (``policy_lag`` > 0) under the names of TRL's ``trl.experimental.async_grpo.AsyncGRPOConfig``
+    (checked against TRL 1.16's fields): ``{"kwargs", "why", "unmatched"}``. The other settings are :func:`to_trl`'s."""
+    c = config
+    kwargs = {"max_staleness": c.max_staleness if c.max_staleness is not None else c.policy_lag,
+              "weight_sync_steps": 1, "epsilon": c.epsilon,
+              "epsilon_high": c.epsilon_high if c.epsilon_high is not None else c.epsilon}
+    why = {"max_staleness": (f"TRL has no fixed lag: its sampler runs as far ahead as max_staleness lets it, and a "
+                             f"sample staler than that is dropped; grpo_edu's lag k = {c.policy_lag} is the bound "
+                             "reached once the sampler is faster than the trainer" if c.max_staleness is None else
+                             "the same rule: a batch older than this many updates is dropped"),
+           "weight_sync_steps": "grpo_edu publishes the weights after every update"}
+    unmatched = []
+    if c.off_policy_correction != "behaviour_clip":
+        unmatched.append(("off_policy_correction", f"{c.off_policy_correction!r}: TRL's AsyncGRPOTrainer has one loss, "
+                          "the PPO clip against the sampler's log-probs (grpo_edu's 'behaviour_clip'); "
+                          + ("TRL's synchronous GRPOTrainer has vllm_importance_sampling_mode='"
+                             + {"sequence_mask": "sequence_mask", "token_tis": "token_truncate"}[c.off_policy_correction]
+                             + f"' with vllm_importance_sampling_clip_max={c.off_policy_cap or 3.0:g}, for a vLLM "
+                             "sampler's mismatch, not for staleness"
+                             if c.off_policy_correction in ("sequence_mask", "token_tis") else
+                             "no proximal policy (AReaL's decoupled PPO) and no uncorrected variant")))
+    return {"trainer": "trl.experimental.async_grpo.AsyncGRPOTrainer", "kwargs": kwargs, "why": why,
+            "unmatched": unmatched}
 
 
 def peft_settings(config):
@@ -268,8 +298,54 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
                                        f"({c.lora_target_modules}); check them against your verl version"))
     unmatched.append(("task / rewards", "verl reads prompts from parquet files (data.train_files) and scores them "
                                         "with a reward function it imports (reward.custom_reward_function.path)"))
+    if c.policy_lag:
+        verl_async_settings(c, put, unmatched)
     overrides = [f"{k}={_verl_value(v)}" for k, v in pairs]
     return overrides, {"why": why, "unmatched": unmatched, "pairs": pairs}
+
+
+VERL_CORRECTIONS = {
+    "behaviour_clip": {"bypass_mode": True, "loss_type": "ppo_clip", "rollout_is": None},
+    "decoupled": {"bypass_mode": False, "rollout_is": "token"},
+    "token_tis": {"bypass_mode": False, "rollout_is": "token"},
+}
+"""grpo_edu's off_policy_correction → verl's ``algorithm.rollout_correction`` keys (``rollout_correction.yaml``)."""
+
+VERL_ASYNC_KEYS = ("async_training.trigger_parameter_sync_step", "actor_rollout_ref.actor.use_rollout_log_probs")
+"""Keys only in verl's fully asynchronous trainer config (``experimental/fully_async_policy/config/``)."""
+
+
+def verl_async_settings(config, put, unmatched):
+    """An asynchronous run (``policy_lag`` > 0) under verl's names: the rollout correction (the main trainer config)
+    and the fully asynchronous trainer's keys; what has no counterpart goes to ``unmatched`` with the reason."""
+    c = config
+    put("actor_rollout_ref.actor.use_rollout_log_probs", True,
+        "π_old is the sampler's log-probs, as grpo_edu's batches carry them (fully_async trainer)")
+    put("async_training.trigger_parameter_sync_step", 1, "grpo_edu publishes the weights after every update")
+    unmatched.append(("policy_lag", f"verl's fully_async bounds staleness by async_training.staleness_threshold, a "
+                      f"fraction of stale samples (0.1 by default), not a lag in updates; lag k = {c.policy_lag} "
+                      + ("is verl's one-step-off-policy trainer" if c.policy_lag == 1 else "has no exact counterpart")))
+    if c.max_staleness is not None:
+        unmatched.append(("max_staleness", "verl drops nothing by age; TRL's AsyncGRPOTrainer does (max_staleness)"))
+    keys = VERL_CORRECTIONS.get(c.off_policy_correction)
+    if keys is None:
+        unmatched.append(("off_policy_correction", {
+            "none": "verl always clips against π_old (bypass_mode or not): there is no uncorrected loss",
+            "sequence_mask": "TRL's sequence_mask (drop an answer whose Π_t π_old/μ > C); verl's nearest is "
+                             "rejection sampling, rollout_rs='seq_sum_k1' with a 'lower_upper' rollout_rs_threshold: "
+                             "check its bounds against rollout_corr_helper.py before relying on it"}[c.off_policy_correction]))
+        return
+    for key, value in keys.items():
+        put(f"algorithm.rollout_correction.{key}", value)
+    if c.off_policy_correction == "behaviour_clip":
+        return
+    cap = c.off_policy_cap or 2.0
+    put("algorithm.rollout_correction.rollout_is_threshold", cap,
+        "verl truncates the weight π_old/μ at this cap (TIS); AReaL's behav_imp_weight_cap filters instead"
+        if c.off_policy_correction == "decoupled" else "verl's default cap, 2.0")
+    if c.off_policy_correction == "decoupled":
+        unmatched.append(("off_policy_correction", "'decoupled' filters tokens above the cap (AReaL's "
+                          "behav_imp_weight_cap); verl's decoupled mode truncates them (token TIS)"))
 
 
 def verl_command(config=None, *, n_gpus=8, model_path="Qwen/Qwen2.5-0.5B-Instruct",
@@ -334,5 +410,10 @@ def format_export(result, target):
     if info.get("peft_config"):
         settings = ", ".join(f"{k}={v!r}" for k, v in info["peft_config"].items())
         lines += ["", f"# LoRA: GRPOTrainer(..., peft_config=peft.LoraConfig({settings}))"]
+    if info.get("async"):
+        settings = info["async"]
+        lines += ["", f"# asynchronous: {settings['trainer']}(args=AsyncGRPOConfig(..., these too)):"]
+        lines += [f"{k}={v!r}" + (f"    # {settings['why'][k]}" if k in settings["why"] else "")
+                  for k, v in settings["kwargs"].items()]
     lines += ["", "# not matched exactly:"] + [f"#   {field}: {reason}" for field, reason in info["unmatched"]]
     return "\n".join(lines)

@@ -11,6 +11,8 @@
                 ``format_reward``, decode-then-encode ``drift``
 ``reward_models/`` learned rewards: ``reward_model``, the ``gold`` judge, ``preference_data``, ``reward_trainer``,
                 a reward model as a ``reward_function`` (lesson 17)
+``asynchronous/`` sampling and training apart: ``versions`` (published weights, tagged batches), ``lagged`` (a
+                sampler k updates behind, one process), ``processes`` (the sampler in its own process)
 
 ``from grpo_edu.training import trainer`` finds a module in its room (:data:`ROOM_OF`); the paths from before the
 rooms (``grpo_edu.training.trainer``, ``python -m grpo_edu.training.make_model``) reach the same module object.
@@ -27,6 +29,7 @@ ROOMS = {
     "runs": ("checkpoint", "run_folder"),
     "text": ("chat", "completion_mask", "extraction", "format_reward", "drift"),
     "reward_models": ("reward_model", "gold", "preference_data", "reward_trainer", "reward_function"),
+    "asynchronous": ("versions", "lagged", "processes"),
 }
 ROOM_OF = {module: room for room, modules in ROOMS.items() for module in modules}
 """{module: its room}: ``trainer`` lives in ``grpo_edu.training.trainers.trainer``."""

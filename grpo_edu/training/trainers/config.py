@@ -50,6 +50,7 @@ CHOICES = {
     "advantage_estimator": ("grpo", "rloo", "reinforce_plus_plus_baseline", "reinforce"),
     "sampling_dtype": ("float32", "bfloat16"),
     "sampler": ("loop", "engine"),
+    "off_policy_correction": ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask"),
     "device": ("auto", "cpu", "cuda"),
     "lr_scheduler_type": ("linear", "constant"),
 }
@@ -189,6 +190,19 @@ class GRPOConfig:
     sampling (TRL's ``vllm_importance_sampling_correction`` in "token_truncate" mode; verl's rollout correction)."""
     importance_sampling_cap: float = 3.0
     """C: the cap of those weights (TRL's ``vllm_importance_sampling_clip_max``, default 3.0)."""
+    policy_lag: int = 0
+    """k: how many updates the sampler lags behind the trainer (the asynchronous trainer,
+    ``grpo_edu.training.asynchronous``): step t trains on answers drawn by policy version t − 1 − k. 0 = synchronous."""
+    max_staleness: int | None = None
+    """Drop a batch drawn more than this many updates ago and draw it again from newer weights (TRL's
+    ``max_staleness``, 4 there); None keeps every batch (AReaL's and verl's bounded lag). Asynchronous trainer only."""
+    off_policy_correction: str = "behaviour_clip"
+    """How the asynchronous trainer corrects for answers an older policy μ drew (grpo_edu.core.off_policy): "none",
+    "behaviour_clip" (PPO's clip against μ: TRL's AsyncGRPO, verl's bypass mode), "decoupled" (AReaL), "token_tis"
+    (verl) or "sequence_mask" (TRL's vLLM default)."""
+    off_policy_cap: float | None = None
+    """C: the cap of the correction's weights π_prox/μ (above 1); None = its source's (token_tis 2.0 as verl,
+    sequence_mask 3.0 as TRL, decoupled: no filter as AReaL by default)."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: drop the step's groups whose rewards are all equal (σ = 0, no signal) and sample
     more prompts until batch_size live groups are found, or max_sampling_rounds is reached (verl's
@@ -282,6 +296,7 @@ class GRPOConfig:
             _checks.choice(name, getattr(self, name), allowed)
         self._check_variant()
         self._check_replay()
+        self._check_asynchronous()
         if self.lora_rank is not None:                # a bad rank or module list fails now; the model's names at load
             check_settings(self.lora_rank, self.lora_alpha, self.lora_target_modules)
         if self.checkpoint_every and not self.output_dir:
@@ -290,6 +305,25 @@ class GRPOConfig:
         # batch_size, G, the stop conditions and micro-batching are checked by the schedule
         # itself; the real dataset size is checked again once the prompts are loaded.
         self.schedule(dataset_size=self.batch_size)
+
+    def _check_asynchronous(self):
+        """policy_lag, max_staleness and the correction's cap (the asynchronous trainer's settings)."""
+        _checks.positive_int("policy_lag", self.policy_lag, minimum=0,
+                             fix="pass a lag of 0 (synchronous) or more updates, e.g. 1 (verl's one-step-off-policy)")
+        if self.max_staleness is not None:
+            _checks.positive_int("max_staleness", self.max_staleness, minimum=0,
+                                 fix="pass how many updates old a batch may be (TRL's default 4; 0 keeps only "
+                                     "on-policy batches), or None to keep every batch")
+        if self.off_policy_cap is not None:
+            from grpo_edu.core.off_policy import _check_cap
+
+            _check_cap("off_policy_cap", self.off_policy_cap, f"off_policy_correction={self.off_policy_correction!r}")
+        if self.policy_lag and (self.num_iterations != 1 or self.replay_ratio or self.dynamic_sampling
+                                or self.importance_sampling_correction):
+            _checks.fail("policy_lag", f"is {self.policy_lag}, and the asynchronous trainer takes one update per batch "
+                         "without replay, dynamic sampling or importance_sampling_correction (its own "
+                         "off_policy_correction does that work)", "set num_iterations=1, replay_ratio=0, "
+                         "dynamic_sampling=False and importance_sampling_correction=False, or policy_lag=0")
 
     @property
     def uses_replay_buffer(self):

@@ -111,11 +111,16 @@ class GRPOTrainer(CheckpointedRun):
     """
 
     method = "GRPO"   # the progress bar's name; the family's trainers (training/trainers/family.py) name their own
+    asynchronous = False   # the asynchronous trainer (training/asynchronous/) samples with a lagging copy
 
     def __init__(self, config=None, *, model=None, tokenizer=None, train_rows=None, eval_rows=None,
                  reward_funcs=None, reward_weights=None, callbacks=(), eval_callbacks=(), task=None,
                  tool=None):
         self.config = config = config or GRPOConfig()
+        if config.policy_lag and not self.asynchronous:
+            _checks.fail("policy_lag", f"is {config.policy_lag}, but {type(self).__name__} samples with the policy it "
+                         "trains (synchronous), so there is no lag to apply",
+                         "use grpo_edu.training.asynchronous.AsyncGRPOTrainer for a lagging sampler, or policy_lag=0")
         self.task = task if task is not None else get_task(config.task)   # its checker scores "accuracy"
         source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
         self.train_rows = load_prompts(source)                         # checks every row has a prompt
@@ -292,17 +297,19 @@ class GRPOTrainer(CheckpointedRun):
                               "next step() samples this step again from the updated policy", stacklevel=3)
             raise
 
-    def _sample(self, prompts):
-        """G completions per prompt from the current policy π_θold (no gradient)."""
+    def _sample(self, prompts, model=None, generator=None):
+        """G completions per prompt from the current policy π_θold (no gradient); ``model`` and ``generator``:
+        another copy of the policy and its random numbers (the asynchronous trainer's sampler)."""
         c = self.config
-        self.model.eval()
+        model = self.model if model is None else model
+        model.eval()
         with self._autocast(sampling=True):
             sample = engine.generate if c.sampler == "engine" else generate
             if self.tool is not None:                                  # multi-turn: the model may call the tool
                 sample = lambda *args, **kw: multi_turn.generate_with_tools(*args, self.tool, **kw)   # noqa: E731
-            rollout = sample(self.model, self.tokenizer, prompts, num_generations=c.num_generations,
+            rollout = sample(model, self.tokenizer, prompts, num_generations=c.num_generations,
                              max_new_tokens=c.max_completion_length, temperature=c.temperature,
-                             generator=self.generator)
+                             generator=self.generator if generator is None else generator)
         self.model.train()
         return rollout
 
@@ -432,16 +439,7 @@ class GRPOTrainer(CheckpointedRun):
                 with self._autocast():
                     logprobs, entropy = passes.rollout_logprobs(self.model, rollout, rows, temperature=c.temperature,
                                                                 with_entropy=True, entropy_grad=c.entropy_coef > 0)
-                # π_θold: with one iteration the policy being updated (ratio exactly 1); with more than one the
-                # sampler's log-probs, or the trainer's own recomputation when the sampler is not the trainer
-                if c.num_iterations == 1:
-                    old = logprobs.detach()
-                else:
-                    old = rollout.logprobs[rows] if trainer_old is None else trainer_old[rows]
-                sampler_weights = None
-                if c.importance_sampling_correction:                                  # min(π_θold/π_sampler, C)
-                    sampler_weights = (trainer_old[rows] - rollout.logprobs[rows]).exp().clamp(
-                        max=c.importance_sampling_cap)
+                old, sampler_weights, extra = self._policy_reference(logprobs, rollout, rows, mask, trainer_old)
                 loss, info = grpo_loss(
                     logprobs, old, advantages[rows], mask,
                     ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows], beta=c.beta,
@@ -459,6 +457,8 @@ class GRPOTrainer(CheckpointedRun):
                 stats["kl"] += info["kl_mean"] * token_share
                 stats["ratio_mean"] += info["ratio_mean"] * token_share
                 stats["entropy"] += float((entropy.detach() * mask).sum()) / max(float(step_tokens), 1.0) / c.num_iterations
+                for key, value in extra.items():                                      # the correction's statistics
+                    stats[key] = stats.get(key, 0.0) + value * token_share
             if c.max_grad_norm > 0:
                 stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm,
                                                                             foreach=True))
@@ -466,6 +466,21 @@ class GRPOTrainer(CheckpointedRun):
             self._updates_done += 1
         stats.update(sampler)
         return stats
+
+    def _policy_reference(self, logprobs, rollout, rows, mask, trainer_old):
+        """π_θold of the ratio for micro-batch ``rows``, (mb, T), the per-token weights of the policy term (or None),
+        and statistics to log ({} here; the asynchronous trainer's off-policy correction adds its own)."""
+        c = self.config
+        # π_θold: with one iteration the policy being updated (ratio exactly 1); with more than one the
+        # sampler's log-probs, or the trainer's own recomputation when the sampler is not the trainer
+        if c.num_iterations == 1:
+            old = logprobs.detach()
+        else:
+            old = rollout.logprobs[rows] if trainer_old is None else trainer_old[rows]
+        sampler_weights = None
+        if c.importance_sampling_correction:                                          # min(π_θold/π_sampler, C)
+            sampler_weights = (trainer_old[rows] - rollout.logprobs[rows]).exp().clamp(max=c.importance_sampling_cap)
+        return old, sampler_weights, {}
 
     def _sampler_gap(self, rollout, mask):
         """When the sampler is not the trainer (``sampling_dtype="bfloat16"``, or a correction is asked for):

@@ -1,0 +1,260 @@
+"""Lesson 18's runs: sampling and training apart, on ``tiny-sums`` (the ``sums`` preset).
+
+==============  ===================================================================================================
+part            what it measures
+==============  ===================================================================================================
+``sweep``       lag k = 0, 1, 2, 4, 8 with the PPO clip against the sampler (TRL's async loss): held-out accuracy
+                after the same number of sampled answers, the spread of log π_θ/μ and the clip fraction per step
+``ladder``      the five corrections (``core.off_policy``) at one lag (:data:`LADDER_LAG`)
+``mismatch``    no staleness, only a sampler that is not the trainer: bfloat16 vs float32, and top-k renormalised
+                (the kept mass S becomes every token's ratio: TRL issue #6789); no training, one batch
+``wallclock``   the same run synchronous (one process) and with the sampler in a second process, lag 1, timed
+==============  ===================================================================================================
+
+Every training run: :data:`COMMON` on the ``sums`` preset, seeds 0–2. Stored in ``assets/async-runs/`` with the
+command that made each file; :func:`stored` reads them. Wall-clock numbers depend on the machine and on what else
+runs on it: the file says how many cores the machine had and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from grpo_edu.common._checks import fail, write_result_file
+from grpo_edu.training.model.models import ASSETS
+
+COMMON = dict(batch_size=4, num_generations=8, total_training_steps=16, beta=0.0, learning_rate=3e-4,
+              eval_size=64, eval_every=0, lr_scheduler_type="constant")
+"""The settings of every run (on ``GRPOConfig.preset("sums")``): 32 answers a step, 512 in a run."""
+LAGS = (0, 1, 2, 4, 8)
+LADDER_LAG = 4
+CORRECTIONS = ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask")
+TOP_KS = (2, 3, 5)
+STORE = ASSETS / "async-runs"
+KEEP = ("step", "reward_mean", "accuracy", "clip_fraction", "log_ratio_std", "log_ratio_p05", "log_ratio_p95",
+        "kl_behaviour", "masked_fraction", "truncated_fraction", "policy_version", "staleness", "dropped_batches",
+        "samples_drawn", "seconds")
+
+
+def _config(seed, **overrides):
+    from grpo_edu.training.trainers.config import GRPOConfig
+
+    return GRPOConfig.preset("sums", **{**COMMON, "seed": seed, **overrides})
+
+
+def train_run(seed, lag, correction="behaviour_clip", **overrides):
+    """One lagged run (one process); its per-step metrics (:data:`KEEP`) and held-out accuracy before and after."""
+    from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
+
+    trainer = AsyncGRPOTrainer(_config(seed, policy_lag=lag, off_policy_correction=correction, **overrides))
+    history = trainer.train(progress=False)
+    return {"seed": seed, "lag": lag, "correction": correction, "evals": trainer.evals,
+            "history": [{k: m.get(k) for k in KEEP} for m in history]}
+
+
+def _runs(part, jobs, folder):
+    """Run ``jobs`` ((seed, lag, correction) each) seed by seed, each run stored in ``folder/part/`` as soon as it
+    ends (a run already there is read, not run again); returns them all."""
+    out = []
+    (folder / part).mkdir(parents=True, exist_ok=True)
+    for seed, lag, correction in sorted(jobs):
+        path = folder / part / f"seed{seed}-lag{lag}-{correction}.json"
+        if path.exists():
+            out.append(json.loads(path.read_text(encoding="utf-8")))
+            continue
+        run = train_run(seed, lag, correction)
+        write_result_file(path, json.dumps(run), overwrite=True)
+        out.append(run)
+    return out
+
+
+def sweep(seeds, folder=STORE):
+    return _runs("sweep", [(s, k, "behaviour_clip") for k in LAGS for s in seeds], folder)
+
+
+def ladder(seeds, folder=STORE):
+    return _runs("ladder", [(s, LADDER_LAG, c) for c in CORRECTIONS for s in seeds], folder)
+
+
+def _sample_topk(model, prompt_ids, steps, top_k, generator):
+    """Sample ``steps`` tokens per row with top-k renormalised; per token log π (full softmax) and log μ (top-k)."""
+    ids, full, kept, mass = prompt_ids, [], [], []
+    for _ in range(steps):
+        logits = model(input_ids=ids).logits[:, -1].float()                         # (N, V)
+        log_pi = logits.log_softmax(-1)                                              # the trainer's π
+        top = logits.topk(top_k, dim=-1)
+        masked = torch.full_like(logits, -math.inf).scatter(-1, top.indices, top.values)
+        log_mu = masked.log_softmax(-1)                                              # renormalised over the top k
+        token = torch.multinomial(log_mu.exp(), 1, generator=generator)              # (N, 1)
+        mass.append(log_pi.gather(-1, top.indices).exp().sum(-1, keepdim=True))     # S = Σ_{top k} π, (N, 1)
+        full.append(log_pi.gather(-1, token))
+        kept.append(log_mu.gather(-1, token))
+        ids = torch.cat([ids, token], dim=1)
+    return torch.cat(full, 1), torch.cat(kept, 1), torch.cat(mass, 1)                # (N, T) each
+
+
+def mismatch(seeds, steps=20):
+    """bfloat16 sampler vs float32 trainer, and top-k renormalised sampling, on one batch per seed."""
+    from grpo_edu.core.off_policy import behaviour_gap, sequence_mask, token_tis   # noqa: F401
+    from grpo_edu.training.rollouts.rollout import completion_logprobs
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
+
+    out = {"bf16": [], "topk": []}
+    for seed in seeds:
+        trainer = GRPOTrainer(_config(seed, sampling_dtype="bfloat16", eval_size=0))
+        prompts = [r["prompt"] for r in trainer.batch_for(1)]
+        rollout = trainer._sample(prompts)                                           # drawn under bf16 autocast
+        with torch.no_grad():
+            fp32, _ = completion_logprobs(trainer.model, rollout.input_ids, rollout.attention_mask,
+                                          rollout.completion_ids.shape[1])
+        mask = rollout.completion_mask.float()
+        _, gap = behaviour_gap(fp32, rollout.logprobs, mask)
+        (_, w_tis), tis = token_tis(fp32, fp32, rollout.logprobs, mask, cap=2.0)
+        (_, w_seq), seq = sequence_mask(fp32, fp32, rollout.logprobs, mask, cap=3.0)
+        log_W = ((fp32 - rollout.logprobs) * mask).sum(-1)
+        out["bf16"].append({"seed": seed, **gap, "tis_truncated_fraction": tis["truncated_fraction"],
+                            "sequences_masked": seq["sequences_masked"],
+                            "sequence_log_ratio_std": float(log_W.std()), "mean_length": float(mask.sum(1).mean())})
+        model = trainer.model.eval()
+        g = torch.Generator().manual_seed(seed)
+        for top_k in TOP_KS:
+            ids = trainer.tokenizer([prompts[0]], return_tensors="pt")["input_ids"].repeat(32, 1)
+            with torch.no_grad():
+                log_pi, log_mu, masses = _sample_topk(model, ids, steps, top_k, g)
+            ratio = (log_pi - log_mu).exp()                                          # π/μ per token
+            out["topk"].append({"seed": seed, "top_k": top_k, "mean_kept_mass": float(masses.mean()),
+                                "min_kept_mass": float(masses.min()), "ratio_mean": float(ratio.mean()),
+                                "max_ratio_minus_mass": float((ratio - masses).abs().max()),
+                                "sequence_weight_median": float(ratio.prod(-1).median()), "tokens": steps})
+    return out
+
+
+def wallclock(seed=0, steps=12):
+    """The same lag-1 run in one process and in two, timed; and the synchronous run (lag 0) in one process."""
+    from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
+    from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+
+    rows = {}
+    for name, cls, lag in (("synchronous", AsyncGRPOTrainer, 0), ("one_process_lag1", AsyncGRPOTrainer, 1),
+                           ("two_processes_lag1", TwoProcessGRPOTrainer, 1)):
+        trainer = cls(_config(seed, policy_lag=lag, total_training_steps=steps, eval_size=0))
+        start = time.perf_counter()
+        history = trainer.train(progress=False)
+        rows[name] = {"seconds": time.perf_counter() - start, "steps": steps,
+                      "reward_mean": [m["reward_mean"] for m in history],
+                      "timeline": getattr(trainer, "timeline", [])}
+    return rows
+
+
+def summary(runs, by="lag"):
+    """One row per ``by`` value (lag or correction), means over the seeds: held-out accuracy before and after,
+    and over the steps after the first k (where the lag is in force) the log-ratio spread σ(log π_θ/μ), the clip
+    fraction, the masked fraction and KL(μ‖π)."""
+    rows = {}
+    for run in runs:
+        rows.setdefault(run[by], []).append(run)
+    table = []
+    for key, group in rows.items():
+        def mean(values):
+            values = [v for v in values if v is not None]
+            return sum(values) / len(values) if values else None
+
+        def late(name):
+            return mean([mean([m[name] for m in r["history"][r["lag"]:]]) for r in group])
+
+        table.append({by: key, "seeds": sorted(r["seed"] for r in group),
+                      "accuracy_before": mean([r["evals"][0]["accuracy"] for r in group]),
+                      "accuracy_after": mean([r["evals"][-1]["accuracy"] for r in group]),
+                      "accuracy_after_each": [r["evals"][-1]["accuracy"] for r in sorted(group, key=lambda r: r["seed"])],
+                      "log_ratio_std": late("log_ratio_std"), "clip_fraction": late("clip_fraction"),
+                      "masked_fraction": late("masked_fraction"), "kl_behaviour": late("kl_behaviour"),
+                      "samples": group[0]["history"][-1]["samples_drawn"]})
+    return table
+
+
+def plot_timeline(timeline, ax=None):
+    """The two processes over time: one bar per batch drawn (sampler) and trained on (trainer), each labelled with
+    the policy version that drew it."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(9, 2.4))[1]
+    t0 = min(row["draw_started"] for row in timeline)
+    for row in timeline:
+        ax.barh(1, row["draw_ended"] - row["draw_started"], left=row["draw_started"] - t0, color="tab:blue",
+                edgecolor="white")
+        ax.text((row["draw_started"] + row["draw_ended"]) / 2 - t0, 1, f"b{row['step']}\nv{row['policy_version']}",
+                ha="center", va="center", fontsize=7, color="white")
+        ax.barh(0, row["train_ended"] - row["train_started"], left=row["train_started"] - t0, color="tab:orange",
+                edgecolor="white")
+        ax.text((row["train_started"] + row["train_ended"]) / 2 - t0, 0, f"s{row['step']}", ha="center",
+                va="center", fontsize=7)
+    ax.set_yticks([0, 1], ["trainer", "sampler"])
+    ax.set_xlabel("seconds")
+    return ax
+
+
+def plot_sweep(runs, seconds_per_step=None, axes=None):
+    """Training reward against answers sampled (and against seconds, given ``{lag: seconds per step}``), the mean
+    over seeds for each lag."""
+    import matplotlib.pyplot as plt
+
+    axes = axes or plt.subplots(1, 2 if seconds_per_step else 1, figsize=(10, 3.2), squeeze=False)[1][0]
+    lags = sorted({r["lag"] for r in runs})
+    for lag in lags:
+        group = [r for r in runs if r["lag"] == lag]
+        steps = len(group[0]["history"])
+        reward = [sum(r["history"][i]["reward_mean"] for r in group) / len(group) for i in range(steps)]
+        samples = [group[0]["history"][i]["samples_drawn"] for i in range(steps)]
+        axes[0].plot(samples, reward, label=f"k = {lag}")
+        if seconds_per_step:
+            axes[1].plot([(i + 1) * seconds_per_step[lag] for i in range(steps)], reward, label=f"k = {lag}")
+    axes[0].set_xlabel("answers sampled")
+    axes[0].set_ylabel("training reward (mean of seeds)")
+    axes[0].legend(fontsize=7)
+    if seconds_per_step:
+        axes[1].set_xlabel("seconds (from the measured step times)")
+    return axes
+
+
+def stored(part):
+    """The stored runs of ``part``: sweep and ladder, the list of runs in ``assets/async-runs/<part>/`` (one file a
+    run); mismatch and wallclock, the ``result`` of ``assets/async-runs/<part>.json``."""
+    folder = STORE / part
+    if folder.is_dir():
+        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    return json.loads((STORE / f"{part}.json").read_text(encoding="utf-8"))["result"]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.asynchronous",
+                                     description="Lesson 18's runs; writes assets/async-runs/<part>.json")
+    parser.add_argument("part", choices=("sweep", "ladder", "mismatch", "wallclock"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", default=None, help="the folder to write into (default assets/async-runs)")
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    if any(s < 0 for s in args.seeds):
+        fail("--seeds", f"must be ≥ 0, got {args.seeds}", "pass seeds such as 0 1 2")
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    folder = Path(args.out) if args.out else STORE
+    result = {"sweep": lambda: sweep(args.seeds, folder), "ladder": lambda: ladder(args.seeds, folder),
+              "mismatch": lambda: mismatch(args.seeds), "wallclock": lambda: wallclock(args.seeds[0])}[args.part]()
+    command = "OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.asynchronous " + " ".join(argv or sys.argv[1:])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"command": command, "settings": COMMON, "cores": os.cpu_count(), "load_average": load,
+                       "seconds": time.perf_counter() - start, "result": result}, indent=1)
+    print(write_result_file(folder / f"{args.part}.json", text, overwrite=args.overwrite))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Asynchronous GRPO with the sampler in a second process: one core samples while the other trains.
+
+    trainer process                                   sampler process (``sampler_main``)
+    ───────────────                                   ──────────────────────────────────
+    publish weights v0 ───── weights/v000000 ────────▶ load v = t − 1 − k, draw batch t, tag it with v
+    wait for batch t ◀────── batches/step-t ───────── (then batch t + 1, as soon as its version exists)
+    train step t, publish weights v = t ────────────▶
+
+Nothing is pickled: weights and batches are safetensors files in an exchange folder (``versions.py``). The
+sampler draws batch t with exactly the version the one-process trainer (``lagged.py``) would use, and the same
+random numbers, so the two runs are equal at the same lag; what changes is that with k ≥ 1 the sampler draws
+batch t + 1 while the trainer trains on batch t. At k = 0 the two take turns (no overlap, the cost of two
+processes only).
+
+Either side waits with a timeout (``wait_s``) and checks that the other is alive: a sampler that dies ends the
+run with :class:`SamplerDied`, after a checkpoint of the steps done (``output_dir``), and ``train(resume_from=…)``
+continues it exactly; a trainer that dies makes the sampler exit (its last periodic checkpoint resumes).
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from grpo_edu.common import _checks
+from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
+from grpo_edu.training.asynchronous.versions import WeightBoard, load_batch, save_batch
+from grpo_edu.training.trainers.config import GRPOConfig
+
+POLL_S = 0.005
+"""How often a waiting side looks for the file it waits for (5 ms: small next to a step)."""
+
+
+class SamplerDied(RuntimeError):
+    """The sampler process ended, or drew nothing for ``wait_s`` seconds, before the run was done."""
+
+
+def _batch_path(folder, step):
+    return Path(folder) / "batches" / f"step-{step:06d}.safetensors"
+
+
+def sampler_main(config_json, folder, first_step, last_step, trainer_pid, wait_s):
+    """The sampler process: draw the batches of steps ``first_step`` … ``last_step`` into ``folder``, each with
+    the published version the lag asks for. Exits when the trainer process ``trainer_pid`` is gone."""
+    torch.set_num_threads(1)                                      # one core each
+    config = GRPOConfig.from_dict({**json.loads(config_json), "output_dir": None, "checkpoint_every": 0,
+                                   "eval_size": 0})
+    sampler = AsyncGRPOTrainer(config)
+    board = WeightBoard(folder)
+    (Path(folder) / "batches").mkdir(exist_ok=True)
+
+    def published(version):
+        deadline = time.monotonic() + wait_s
+        while not board.has(version):
+            if os.getppid() != trainer_pid:
+                print(f"sampler: the trainer process {trainer_pid} ended; the sampler stops too", file=sys.stderr)
+                sys.exit(3)
+            if time.monotonic() > deadline:
+                print(f"sampler: no weights of version {version} within wait_s = {wait_s} s; stopping", file=sys.stderr)
+                sys.exit(4)
+            time.sleep(POLL_S)
+        return board.load(version)
+
+    for step in range(first_step, last_step + 1):
+        prompts = [row["prompt"] for row in sampler.batch_for(step)]
+        started = time.time()
+        rollout, tags = sampler.draw(step, prompts, weights=published)
+        save_batch(_batch_path(folder, step), rollout, {**tags, "draw_started": started, "draw_ended": time.time()})
+
+
+class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
+    """:class:`AsyncGRPOTrainer` with its sampler in a second process (see the module doc).
+
+    ``wait_s``: how long the trainer waits for a batch (and the sampler for weights) before it gives up; the
+    sampler's first batch includes its start (importing torch, loading the model). The model comes from
+    ``config.model``: the sampler process loads it there, so a ``model=`` object cannot be passed.
+    """
+
+    def __init__(self, config=None, *, wait_s=300.0, **kwargs):
+        if kwargs.get("model") is not None or kwargs.get("train_rows") is not None:
+            _checks.fail("model" if kwargs.get("model") is not None else "train_rows", "cannot reach the sampler "
+                         "process, which builds its own copy from the config", "name the model and prompts in the "
+                         "config (model=…, task=… or dataset=…), or use AsyncGRPOTrainer in one process")
+        _checks.positive_float("wait_s", wait_s, fix="pass a timeout in seconds, e.g. 300 (TRL's heartbeat)")
+        super().__init__(config, **kwargs)
+        self.wait_s = wait_s
+        self.process = None
+        self.exchange = None
+        self.timeline = []          # (step, drawn by version, draw start, draw end, train start, train end)
+
+    def _start_sampler(self):
+        import multiprocessing
+
+        self.exchange = Path(tempfile.mkdtemp(prefix="grpo-async-"))
+        board = WeightBoard(self.exchange)
+        for v in self.board.versions():                          # what the sampler may need, as files
+            self._write_version(board, v)
+        self.board = board
+        context = multiprocessing.get_context("spawn")
+        process = context.Process(
+            target=sampler_main, daemon=True,
+            args=(json.dumps(self.config.to_dict()), str(self.exchange), self.step_count + 1,
+                  self.schedule.total_steps, os.getpid(), self.wait_s))
+        process.start()
+        self.process = process
+
+    def _write_version(self, board, version):
+        self.sampler_model.load_state_dict(self.board.load(version))
+        board.publish(version, self.sampler_model)
+
+    def _stop_sampler(self):
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.terminate()
+            self.process.join(timeout=10)
+            self.process = None
+        if self.exchange is not None:
+            memory = WeightBoard()                                # keep the versions a checkpoint needs
+            for v in self.board.versions():
+                memory._memory[v] = self.board.load(v)
+            self.board = memory
+            shutil.rmtree(self.exchange, ignore_errors=True)
+            self.exchange = None
+
+    def _sample(self, prompts, model=None, generator=None):
+        if model is not None:
+            return super()._sample(prompts, model, generator)
+        if self.process is None:
+            self._start_sampler()
+        step = self.step_count + 1
+        path = _batch_path(self.exchange, step)
+        deadline = time.monotonic() + self.wait_s
+        while not path.exists():
+            if not self.process.is_alive():
+                raise SamplerDied(f"the sampler process ended (exit code {self.process.exitcode}) before it drew "
+                                  f"step {step}'s batch")
+            if time.monotonic() > deadline:
+                raise SamplerDied(f"the sampler process drew nothing for step {step} within wait_s = {self.wait_s} s")
+            time.sleep(POLL_S)
+        rollout, tags = load_batch(path, self.device)
+        path.unlink()
+        self._draw_tags = tags
+        self._train_started = time.time()
+        return rollout
+
+    def step(self):
+        metrics = super().step()
+        tags = self._draw_tags
+        self.timeline.append({"step": metrics["step"], "policy_version": tags["policy_version"],
+                              "draw_started": tags["draw_started"], "draw_ended": tags["draw_ended"],
+                              "train_started": self._train_started, "train_ended": time.time()})
+        return metrics
+
+    def _metrics(self, rows, rollout, rewards, update):
+        metrics = super()._metrics(rows, rollout, rewards, update)
+        for key in ("draw_started", "draw_ended"):
+            metrics.pop(key, None)
+        return metrics
+
+    def train(self, *, resume_from=None, overwrite=False, progress=True):
+        """GRPOTrainer.train with the sampler process started at the first step and stopped at the end. A sampler
+        that dies raises :class:`SamplerDied` after saving the steps done (with ``output_dir``)."""
+        try:
+            return super().train(resume_from=resume_from, overwrite=overwrite, progress=progress)
+        except SamplerDied as err:
+            self._stop_sampler()
+            saved = ""
+            if self.config.output_dir and self.step_count:
+                path = self.save_checkpoint()
+                saved = (f"; the {self.step_count} steps done are saved in {path}: continue with "
+                         f"train(resume_from={str(self.config.output_dir)!r})")
+            raise SamplerDied(f"{err}{saved}") from None
+        finally:
+            self._stop_sampler()

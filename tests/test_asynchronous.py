@@ -1,0 +1,108 @@
+"""Asynchronous GRPO (grpo_edu.training.asynchronous): versions, lag, staleness, resume, two processes."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
+from grpo_edu.training.asynchronous.versions import draw_plan, draw_version
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.trainer import GRPOTrainer
+
+FAST = dict(batch_size=4, num_generations=4, total_training_steps=5, eval_size=0, max_completion_length=4,
+            learning_rate=1e-2, beta=0.0)
+KEYS = ("loss", "reward_mean", "clip_fraction", "policy_version", "staleness", "dropped_batches", "log_ratio_std")
+
+
+def _trainer(model, tok, **overrides):
+    return AsyncGRPOTrainer(GRPOConfig(**{**FAST, **overrides}), model=model, tokenizer=tok)
+
+
+def test_the_version_that_draws_each_step():
+    # the trainer holds version t − 1 at step t; lag k draws with t − 1 − k (never below 0)
+    assert [draw_version(t, 0) for t in (1, 2, 3)] == [0, 1, 2]
+    assert [draw_version(t, 2) for t in (1, 2, 3, 4, 5)] == [0, 0, 0, 1, 2]
+    # TRL's rule drops staleness > max_staleness: lag 4, max 1 → drawn by t − 5, dropped, drawn again by t − 2
+    assert draw_plan(6, 4, 1) == [1, 4] and draw_plan(2, 4, 1) == [0] and draw_plan(6, 4, None) == [1]
+    assert draw_plan(6, 1, 1) == [4]
+
+
+def test_a_lagged_run_tags_every_batch_and_learns_from_stale_ratios(random_model, char_tokenizer):
+    # the random model scores 0 everywhere (no advantage): an entropy bonus makes every step move the policy
+    history = _trainer(random_model, char_tokenizer, policy_lag=2, entropy_coef=0.5).train(progress=False)
+    assert [m["policy_version"] for m in history] == [0, 0, 0, 1, 2]
+    assert [m["staleness"] for m in history] == [0, 1, 2, 2, 2]
+    assert history[0]["log_ratio_std"] < 1e-5                       # the first batch is on-policy
+    assert min(m["log_ratio_std"] for m in history[2:]) > 1e-3       # later ones were drawn by an older policy
+    assert [m["samples_drawn"] for m in history] == [16, 32, 48, 64, 80]
+
+
+def test_lag_zero_is_on_policy(random_model, char_tokenizer):
+    history = _trainer(random_model, char_tokenizer, policy_lag=0, total_training_steps=3).train(progress=False)
+    assert all(m["staleness"] == 0 and m["log_ratio_std"] < 1e-5 and m["clip_fraction"] == 0 for m in history)
+
+
+def test_max_staleness_drops_and_redraws(random_model, char_tokenizer):
+    history = _trainer(random_model, char_tokenizer, policy_lag=3, max_staleness=1).train(progress=False)
+    assert [m["dropped_batches"] for m in history] == [0, 0, 1, 1, 1]
+    assert [m["staleness"] for m in history] == [0, 1, 1, 1, 1]
+    assert history[-1]["samples_drawn"] == 16 * 8                  # the dropped batches were sampled too
+
+
+def test_a_resumed_lagged_run_equals_an_uninterrupted_one(tmp_path, random_model, char_tokenizer):
+    import copy
+
+    model_b = copy.deepcopy(random_model)
+    same = dict(policy_lag=2, off_policy_correction="token_tis", entropy_coef=0.5, lr_scheduler_type="constant")
+    whole = _trainer(random_model, char_tokenizer, **same).train(progress=False)
+    first = _trainer(model_b, char_tokenizer, **same, total_training_steps=3, output_dir=str(tmp_path / "run"))
+    first.train(progress=False)
+    fresh = copy.deepcopy(model_b)                                   # any start: the checkpoint sets the weights
+    rest = _trainer(fresh, char_tokenizer, **same, output_dir=str(tmp_path / "run"))
+    rest = rest.train(resume_from=str(tmp_path / "run"), progress=False)
+    assert whole[-1]["log_ratio_std"] > 1e-3 and whole[-1]["truncated_fraction"] >= 0
+    for a, b in zip(whole, rest):
+        assert [a[k] for k in KEYS] == pytest.approx([b[k] for k in KEYS], abs=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(max_staleness=-1), "^max_staleness: must be an integer ≥ 0"),
+    (dict(policy_lag=-1), "^policy_lag: "),
+    (dict(off_policy_cap=1.0), "^off_policy_cap: is 1.0, but .* above 1"),
+    (dict(off_policy_correction="tis"), "^off_policy_correction: unknown value"),
+    (dict(policy_lag=1, num_iterations=2), "^policy_lag: is 1, and the asynchronous trainer takes one update"),
+])
+def test_bad_asynchronous_settings_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GRPOConfig(**{**FAST, **kwargs})
+
+
+def test_a_lag_with_the_synchronous_trainer_is_refused(random_model, char_tokenizer):
+    with pytest.raises(ValueError, match="^policy_lag: is 2, but GRPOTrainer samples with the policy it trains"):
+        GRPOTrainer(GRPOConfig(**{**FAST, "policy_lag": 2}), model=random_model, tokenizer=char_tokenizer)
+
+
+def test_two_processes_equal_the_lagged_run_and_a_killed_sampler_leaves_a_checkpoint_that_resumes(tmp_path):
+    """The sampler in its own process draws what the one-process run draws at the same lag; killing it mid-run
+    ends the run with SamplerDied (no hang) after saving the steps done, and resuming finishes the same run."""
+    from grpo_edu.training.asynchronous.processes import SamplerDied, TwoProcessGRPOTrainer
+
+    torch.set_num_threads(1)
+    config = GRPOConfig(**{**FAST, "total_training_steps": 3, "policy_lag": 1, "output_dir": str(tmp_path / "run")})
+    one = AsyncGRPOTrainer(GRPOConfig(**{**FAST, "total_training_steps": 3, "policy_lag": 1})).train(progress=False)
+
+    def kill_after_first_step(metrics):                               # before version 1 is published: no batch 3
+        if metrics["step"] == 1:
+            os.kill(two.process.pid, signal.SIGKILL)
+
+    two = TwoProcessGRPOTrainer(config, wait_s=120, callbacks=[kill_after_first_step])
+    with pytest.raises(SamplerDied, match=r"sampler process ended \(exit code -9\) before it drew step \d's batch; "
+                                          r"the \d steps done are saved in .*resume_from"):
+        two.train(progress=False)
+    assert two.process is None and 1 <= two.step_count < 3
+    rest = TwoProcessGRPOTrainer(config, wait_s=120).train(resume_from=str(tmp_path / "run"), progress=False)
+    assert len(rest) == 3
+    for a, b in zip(one, rest):
+        assert [a[k] for k in KEYS] == pytest.approx([b[k] for k in KEYS], abs=1e-6)
