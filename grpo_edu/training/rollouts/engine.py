@@ -76,6 +76,10 @@ for its call."""
 KEPT_BUFFER_BYTES = 64 * 2**20
 """The largest cache buffer kept between calls (a training step's: lesson 11's 128 rows take 29 MB)."""
 
+DECODING = [None]
+"""The decode settings in force when a call passes none (``static_cache.using`` pushes its own; None: this
+module's exact-fit cache). They live in ``static_cache.py``, which builds on this module."""
+
 _told = set()
 """Reasons already given in the fallback line (each is printed once per process)."""
 
@@ -421,9 +425,7 @@ def decoder_for(model, max_new_tokens, decoding=None):
     static cache, in CUDA graphs when asked (``static_cache.py``, ``cuda_graphs.py``)."""
     refusal = fast_path_refusal(model)
     if refusal is None and decoding is not None and decoding.static_cache:
-        from grpo_edu.training.rollouts import static_cache
-
-        return static_cache.StaticDecoder(model, max_new_tokens, decoding)
+        return decoding.decoder(model, max_new_tokens)                                 # static_cache.StaticDecoder
     if refusal is None:
         return _LlamaDecoder(model, max_new_tokens)
     if refusal not in _told:
@@ -452,11 +454,8 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     buckets); None takes the one ``static_cache.using`` set, else the engine's own exact-fit cache.
     """
     _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer)
-    from grpo_edu.training.rollouts import static_cache                                # imports this module
-
-    if decoding is None:
-        decoding = static_cache.current()
-    elif not isinstance(decoding, static_cache.DecodeSettings):
+    decoding = DECODING[-1] if decoding is None else decoding
+    if decoding is not None and not callable(getattr(decoding, "decoder", None)):
         _checks.fail("decoding", f"{type(decoding).__name__} is not a DecodeSettings",
                      "pass grpo_edu.training.rollouts.static_cache.DecodeSettings(...) or None")
     device = next(model.parameters()).device

@@ -81,9 +81,12 @@ class DecodeSettings:
         if self.finished not in FINISHED:
             _checks.fail("finished", f"{self.finished!r} is not one of {FINISHED}", "pass 'mask' or 'drop'")
 
+    def decoder(self, model, max_new_tokens):
+        """The decoder ``engine.decoder_for`` uses for a Llama when ``static_cache`` is on."""
+        return StaticDecoder(model, max_new_tokens, self)
+
 
 OFF = DecodeSettings()
-_settings = [OFF]
 
 
 @contextlib.contextmanager
@@ -91,16 +94,16 @@ def using(settings):
     """Within the block, ``engine.generate`` decodes with ``settings`` unless a call passes its own."""
     if not isinstance(settings, DecodeSettings):
         _checks.fail("settings", f"{type(settings).__name__} is not a DecodeSettings", "pass DecodeSettings(...)")
-    _settings.append(settings)
+    engine.DECODING.append(settings)
     try:
         yield settings
     finally:
-        _settings.remove(settings)
+        engine.DECODING.remove(settings)
 
 
 def current():
     """The settings in force (the innermost :func:`using`, else :data:`OFF`)."""
-    return _settings[-1]
+    return engine.DECODING[-1] or OFF
 
 
 def pick_bucket(n, buckets):
