@@ -65,6 +65,20 @@ def sampler_tokens_per_s(workload, batches, rounds, seed=0, samplers=None):
                          max_new_tokens=w["max_new_tokens"], rounds=rounds, seed=seed, samplers=samplers)
 
 
+def static_samplers():
+    """``--static-cache``: the loop, the engine, and the engine over ``static_cache.py``'s static cache with finished
+    rows masked in place and dropped to smaller buckets (no CUDA graphs: this bench runs on the CPU)."""
+    import functools
+
+    from grpo_edu.training.rollouts import engine, rollout, static_cache
+
+    def static(finished):
+        return functools.partial(engine.generate, decoding=static_cache.DecodeSettings(static_cache=True,
+                                                                                      finished=finished))
+    return {"loop": rollout.generate, "engine": engine.generate, "static, mask": static("mask"),
+            "static, drop": static("drop")}
+
+
 def ratio_line(label, values, goal):
     """One line: the median and range of ratios measured round by round, and what they are read against."""
     values = sorted(values)
@@ -85,15 +99,21 @@ def sampler_main(args, run_child):
     torch.set_num_threads(1)
     print(f"sampling on one thread, {args.rounds} interleaved rounds of {args.steps} batches per sampler "
           "(the CPU may be shared: read the range, not one round)")
+    samplers = static_samplers() if getattr(args, "static_cache", False) else None
     for workload, w in SAMPLER_WORKLOADS.items():
-        results = sampler_tokens_per_s(workload, args.steps, args.rounds)
+        results = sampler_tokens_per_s(workload, args.steps, args.rounds, samplers=samplers)
         rows = w["batch_size"] * w["num_generations"]
         print(f"{workload} ({w['model']}, {w['batch_size']} prompts × G={w['num_generations']} = {rows} rows, "
               f"≤ {w['max_new_tokens']} new tokens)")
-        for name in SAMPLERS:
+        for name in results:
             print(f"  {name:7} {_spread(results[name], ' tokens/s')}")
         ratios = [e / l for e, l in zip(results["engine"], results["loop"])]
         print("  " + ratio_line("engine / loop", ratios, "tokens per second, round by round"), flush=True)
+        for name in [n for n in results if n.startswith("static")]:
+            ratios = [s / e for s, e in zip(results[name], results["engine"])]
+            print("  " + ratio_line(f"{name} / engine", ratios, "tokens per second, round by round"), flush=True)
+    if samplers is not None:
+        return 0                                                   # the static cache changes no step: done
     print(f"\ntraining step of the sums preset (16 prompts × G=8, ≤ 42 new tokens, lr 1e-9: constant work), "
           f"one thread, {args.steps} timed steps after {args.warmup} warm-up, {args.rounds} interleaved rounds")
     rounds = []
