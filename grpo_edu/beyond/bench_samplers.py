@@ -105,8 +105,9 @@ def sampler_main(args, run_child):
         rows = w["batch_size"] * w["num_generations"]
         print(f"{workload} ({w['model']}, {w['batch_size']} prompts × G={w['num_generations']} = {rows} rows, "
               f"≤ {w['max_new_tokens']} new tokens)")
+        width = max(7, *map(len, results))
         for name in results:
-            print(f"  {name:7} {_spread(results[name], ' tokens/s')}")
+            print(f"  {name:{width}} {_spread(results[name], ' tokens/s')}")
         ratios = [e / l for e, l in zip(results["engine"], results["loop"])]
         print("  " + ratio_line("engine / loop", ratios, "tokens per second, round by round"), flush=True)
         for name in [n for n in results if n.startswith("static")]:
