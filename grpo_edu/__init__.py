@@ -32,6 +32,8 @@ checks every import in the source):
   ``rollouts/`` — sampling answers and reading their log-probs
     ``rollout``         sampling G completions per prompt, with per-token log-probs
     ``engine``          the same sampling, faster (the default): a preallocated KV cache, finished rows leave (vLLM's ideas)
+    ``static_cache``    the engine's decode steps over a cache that never moves, in batch-size buckets (off by default)
+    ``cuda_graphs``     a decode step recorded once and replayed on CUDA; the same buffers run eagerly elsewhere
     ``passes``          the reference and policy passes over each answer's own length (no padding computed)
     ``tools``           a tool's call syntax, the calculator (a parser), containment, the tool mask in the loss
     ``multi_turn``      multi-turn rollouts: stop at a call, run the tool, append its reply as ids, resume (lesson 15)

@@ -9,15 +9,19 @@ from grpo_edu.beyond import gpu_run
 
 
 def test_the_gpu_run_runs_the_whole_path_on_the_cpu_at_the_tiny_size(tmp_path, capsys):
-    assert gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(tmp_path / "model")]) == 0
+    assert gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(tmp_path / "model"), "--cuda-graphs",
+                         "--buckets", "8,16"]) == 0
     out = capsys.readouterr().out
     assert "device: CPU; size: tiny; nothing is downloaded" in out
+    assert "decoding: static cache, buckets 8,16, finished rows masked in place; CUDA graphs asked for" in out
     assert re.search(r"1\. built .*model: [\d,]+ parameters, 20 warm-up steps in \d+ s; held-out sampled accuracy "
                      r"[\d.]+", out)
-    assert re.search(r"2\. grpo_edu GRPO \(3 steps, 4 prompts × G=4, lr 0\.0003, sampler engine\): held-out accuracy [\d.]+ → "
-                     r"[\d.]+; \d+ s; [\d,]+ completion tokens/s; peak GPU memory n/a \(CPU\)", out)
+    assert re.search(r"2\. grpo_edu GRPO \(3 steps, 4 prompts × G=4, lr 0\.0003, sampler engine over the static cache "
+                     r"in CUDA graphs\): held-out accuracy [\d.]+ → [\d.]+; \d+ s; [\d,]+ completion tokens/s; peak GPU "
+                     r"memory n/a \(CPU\); GPU busy n/a \(CPU\)", out)
     assert re.search(r"sampling 16 rows, ≤ 42 new tokens, median tokens/s over 1 round\(s\): loop [\d,]+, engine "
-                     r"[\d,]+ \(the engine: grpo_edu.training.rollouts.engine, the trainer.s default", out)
+                     r"[\d,]+, engine\+static [\d,]+, engine\+static\+graphs [\d,]+ \(the engine: "
+                     r"grpo_edu.training.rollouts.engine, the trainer.s default.*; GPU busy n/a \(CPU\) over all", out)
     assert "3. TRL comparison skipped (--no-trl)" in out
     assert (tmp_path / "model" / "model.safetensors").stat().st_size > 0
 
@@ -139,3 +143,55 @@ def test_two_runs_into_one_out_folder_at_once_are_refused(tmp_path, capsys, no_b
         assert f"--out: {folder} is being written by process {pid}" in err and no_build == []
     with pytest.raises(_NoWork):                                  # its process is gone: the stale lock is taken over
         gpu_run.main(["--device", "cpu", "--no-trl", "--out", str(folder)])
+
+
+@pytest.mark.parametrize("argv, says", [
+    ([], "decoding: the engine's exact-fit cache (no --static-cache)"),
+    (["--static-cache"], "decoding: static cache, buckets 8,16,32,64,128,256,512, finished rows masked in place; "
+                         "CUDA graphs off"),
+    (["--cuda-graphs", "--buckets", "4,16", "--finished", "drop"],
+     "decoding: static cache, buckets 4,16, finished rows dropped to a smaller bucket; CUDA graphs asked for, but "
+     "there is no CUDA: the same step runs eagerly"),
+])
+def test_the_decoding_switches_are_read_and_a_dry_run_builds_nothing(capsys, no_build, argv, says):
+    assert gpu_run.main(["--device", "cpu", "--dry-run", *argv]) == 0
+    out = capsys.readouterr().out
+    assert says in out and "dry run: nothing built or trained" in out and no_build == []
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--static-cache", "--buckets", "16,8"], "--buckets: '16,8' is not a comma-separated list of increasing"),
+    (["--static-cache", "--buckets", "8,x"], "--buckets: '8,x' is not"),
+    (["--static-cache", "--buckets", "0,8"], "--buckets: '0,8' is not"),
+    (["--buckets", "8,16"], "--buckets and --finished shape the static cache, which is off. Fix: add --static-cache"),
+    (["--finished", "drop"], "--buckets and --finished shape the static cache, which is off"),
+    (["--static-cache", "--finished", "keep"], "argument --finished: invalid choice"),
+])
+def test_bad_decoding_switches_are_refused_before_any_work(capsys, no_build, argv, says):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_run.main(["--device", "cpu", "--dry-run", *argv])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err and no_build == []
+
+
+def test_the_samplers_timed_follow_the_switches():
+    from grpo_edu.training.rollouts import static_cache
+
+    assert list(gpu_run.samplers_for(None)) == ["loop", "engine"]
+    assert list(gpu_run.samplers_for(static_cache.DecodeSettings(static_cache=True))) == ["loop", "engine",
+                                                                                         "engine+static"]
+    both = gpu_run.samplers_for(static_cache.DecodeSettings(static_cache=True, cuda_graphs=True, buckets=(8, 64)))
+    assert list(both) == ["loop", "engine", "engine+static", "engine+static+graphs"]
+    assert both["engine+static"].keywords["decoding"].cuda_graphs is False
+    assert both["engine+static+graphs"].keywords["decoding"].buckets == (8, 64)
+
+
+def test_gpu_utilisation_is_none_without_cuda_and_the_probe_says_why(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_run.gpu_utilisation() is None
+    with gpu_run.UtilisationProbe("cpu") as busy:
+        pass
+    assert busy.text() == "GPU busy n/a (CPU)"
+    probe = gpu_run.UtilisationProbe("cuda")
+    assert "no reading" in probe.text()
+    probe.readings = [10.0, 30.0]
+    assert probe.text() == "GPU busy 20 % mean, 30 % max (2 readings)"

@@ -23,7 +23,8 @@ arithmetic of every update is still done in full.
 
 ``--sampler`` times the two samplers instead: tokens per second of the loop (``rollout.generate``) and the
 engine (``training/rollouts/engine.py``) on one thread, on lesson 11's model and on the adder, then the ``sums``
-preset's whole training step with ``sampler="loop"`` and ``sampler="engine"``.
+preset's whole training step with ``sampler="loop"`` and ``sampler="engine"``. ``--sampler --static-cache`` adds
+the engine over a static KV cache (``training/rollouts/static_cache.py``) to the tokens per second, and skips the step.
 
 ``--step-ms`` prints the ruler of the course's time budgets (:func:`step_ms`): the floor, not the trainer, so
 that the ruler measures the machine and a faster trainer shows in every scaled time.
@@ -555,6 +556,9 @@ def main(argv=None):
                         help="time the two samplers: tokens per second of the loop (rollout.generate) and the engine "
                              "(engine.generate) on one thread, on lesson 11's model and the adder, then the sums "
                              "preset's training step with each (try --steps 3 --warmup 1)")
+    parser.add_argument("--static-cache", action="store_true",
+                        help="with --sampler: add the engine over a static KV cache in batch-size buckets "
+                             "(training/rollouts/static_cache.py), finished rows masked and dropped, and skip the step")
     parser.add_argument("--step-ms", action="store_true",
                         help="print only this machine's bench step, the ruler the course's time budgets scale by "
                              "(grpo-edu lesson-times): the floor's median ms per step on one thread over the rounds, "
@@ -564,6 +568,9 @@ def main(argv=None):
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
         parser.error(f"--steps and --rounds must be ≥ 1, --warmup ≥ 0 (got --steps {args.steps}, --warmup "
                      f"{args.warmup}, --rounds {args.rounds}). Fix: e.g. --steps 20 --warmup 3 --rounds 5")
+    if args.static_cache and not args.sampler:
+        parser.error("--static-cache: times the samplers, so it needs --sampler. Fix: grpo-edu bench --sampler "
+                     "--static-cache")
     modes = [f"--{flag.replace('_', '-')}" for flag in ("replay", "sampler", "step_ms") if getattr(args, flag)]
     if len(modes) > 1:                                # each returns before the others would run: one at a time
         parser.error(f"{modes[1]}: cannot be combined with {modes[0]} (each is a measurement of its own). Fix: "

@@ -15,6 +15,13 @@ without internet cannot reach. This run needs nothing but this package:
 Without CUDA the same code runs on the CPU at a tiny size (2 layers, hidden 32, a few steps), so
 the test command proves the whole path; its accuracies mean nothing. Nothing is downloaded either
 way (``HF_HUB_OFFLINE`` is set).
+
+``--static-cache`` decodes over a static KV cache in batch-size buckets (``--buckets``, ``--finished``;
+``training/rollouts/static_cache.py``) and ``--cuda-graphs`` records each bucket's decode step in a CUDA graph
+(``cuda_graphs.py``; it turns on ``--static-cache``): the training run samples that way, and the sampler timing
+adds the engine over the static cache, without and with graphs. Beside tokens per second and peak memory each
+part prints how busy the GPU was (:func:`gpu_utilisation`, read every half second). ``--dry-run`` checks the
+arguments and prints the plan, without building anything.
 """
 
 import argparse
@@ -94,10 +101,76 @@ def _peak_gib(torch, device):
     return torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
 
 
-def run_grpo_edu(model_dir, device, size):
-    """Train ``model_dir`` with GRPOTrainer; returns the numbers the command prints."""
+NVIDIA_SMI = ("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "--id=0")
+"""The fallback query when torch cannot read NVML itself (a fixed command: nothing of the user's goes in)."""
+
+
+def gpu_utilisation():
+    """Percent of the last sample period in which a kernel ran on GPU 0 (NVML's "utilization.gpu"), or None when
+    nothing can say: no CUDA, or neither ``torch.cuda.utilization`` (needs ``pynvml``) nor ``nvidia-smi``."""
+    import shutil
+    import subprocess
+
     import torch
 
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return float(torch.cuda.utilization())
+    except Exception:                                          # no pynvml / amdsmi: ask nvidia-smi
+        pass
+    if shutil.which(NVIDIA_SMI[0]) is None:
+        return None
+    try:
+        done = subprocess.run(NVIDIA_SMI, capture_output=True, text=True, timeout=5, check=True)
+        return float(done.stdout.strip().splitlines()[0])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError):
+        return None
+
+
+class UtilisationProbe:
+    """Reads :func:`gpu_utilisation` every ``period`` seconds in a thread while the block runs; ``text()`` says
+    the mean and the largest reading (or why there are none)."""
+
+    def __init__(self, device, period=0.5):
+        self.device, self.period, self.readings = device, period, []
+
+    def __enter__(self):
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = None
+        if self.device == "cuda" and gpu_utilisation() is not None:
+            self._thread = threading.Thread(target=self._read, daemon=True)
+            self._thread.start()
+        return self
+
+    def _read(self):
+        while not self._stop.wait(self.period):
+            value = gpu_utilisation()
+            if value is not None:
+                self.readings.append(value)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def text(self):
+        if self.device != "cuda":
+            return "GPU busy n/a (CPU)"
+        if not self.readings:
+            return "GPU busy n/a (no reading: install pynvml, or put nvidia-smi on the PATH)"
+        return (f"GPU busy {sum(self.readings) / len(self.readings):.0f} % mean, {max(self.readings):.0f} % max "
+                f"({len(self.readings)} readings)")
+
+
+def run_grpo_edu(model_dir, device, size, decoding=None):
+    """Train ``model_dir`` with GRPOTrainer, sampling with ``decoding`` (``static_cache.DecodeSettings``); returns the
+    numbers the command prints."""
+    import torch
+
+    from grpo_edu.training.rollouts import static_cache
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.trainer import GRPOTrainer
 
@@ -105,21 +178,41 @@ def run_grpo_edu(model_dir, device, size):
     trainer = GRPOTrainer(config)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    before = trainer.evaluate()["accuracy"]
-    start = time.perf_counter()
-    trainer.train(progress=True)
-    seconds = time.perf_counter() - start
-    after = trainer.evals[-1]["accuracy"] if trainer.evals else trainer.evaluate()["accuracy"]
+    with static_cache.using(decoding or static_cache.OFF):
+        before = trainer.evaluate()["accuracy"]
+        start = time.perf_counter()
+        with UtilisationProbe(device) as busy:
+            trainer.train(progress=True)
+        seconds = time.perf_counter() - start
+        after = trainer.evals[-1]["accuracy"] if trainer.evals else trainer.evaluate()["accuracy"]
     tokens = sum(m["completion_length"] * config.batch_size * config.num_generations for m in trainer.history)
     step_seconds = sum(m["seconds"] for m in trainer.history)
     return {"config": config, "before": before, "after": after, "seconds": seconds,
-            "tokens_per_s": tokens / step_seconds, "peak_gib": _peak_gib(torch, device)}
+            "tokens_per_s": tokens / step_seconds, "peak_gib": _peak_gib(torch, device), "busy": busy.text()}
 
 
-def run_samplers(model_dir, device, size):
-    """Sampling tokens per second of the loop and the engine on ``model_dir`` (``bench_samplers.time_samplers``), at the
-    training batch (batch_size × G rows, ≤ the preset's new tokens), bf16 autocast on CUDA as the trainer samples.
-    Returns (results, rows, max_new_tokens); results maps each sampler to its tokens per second, one per round."""
+def samplers_for(decoding):
+    """The samplers to time: the loop and the engine, then with ``decoding.static_cache`` the engine over the static
+    cache without graphs, and with ``decoding.cuda_graphs`` with them too. {name: generate function}."""
+    import dataclasses
+    import functools
+
+    from grpo_edu.training.rollouts import engine, rollout
+
+    samplers = {"loop": rollout.generate, "engine": engine.generate}
+    if decoding is not None and decoding.static_cache:
+        eager = dataclasses.replace(decoding, cuda_graphs=False)
+        samplers["engine+static"] = functools.partial(engine.generate, decoding=eager)
+        if decoding.cuda_graphs:
+            samplers["engine+static+graphs"] = functools.partial(engine.generate, decoding=decoding)
+    return samplers
+
+
+def run_samplers(model_dir, device, size, decoding=None):
+    """Sampling tokens per second of the loop and the engine (and the engine over a static cache, by ``decoding``) on
+    ``model_dir`` (``bench_samplers.time_samplers``), at the training batch (batch_size × G rows, ≤ the preset's new
+    tokens), bf16 autocast on CUDA as the trainer samples. Returns (results, rows, max_new_tokens, busy); results maps
+    each sampler to its tokens per second, one per round; busy says how busy the GPU was over all of it."""
     import contextlib
 
     import torch
@@ -135,10 +228,10 @@ def run_samplers(model_dir, device, size):
     rows = get_task("sums").split("train")
     batches = [[r["prompt"] for r in rows[i * B:(i + 1) * B]] for i in range(2 if size == "gpu" else 1)]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
-    with autocast:
+    with autocast, UtilisationProbe(device) as busy:
         results = time_samplers(model.eval(), tokenizer, batches, num_generations=G, max_new_tokens=max_new,
-                                rounds=3 if size == "gpu" else 1)
-    return results, B * G, max_new
+                                rounds=3 if size == "gpu" else 1, samplers=samplers_for(decoding))
+    return results, B * G, max_new, busy.text()
 
 
 def run_trl_side(config):
@@ -154,12 +247,49 @@ def run_trl_side(config):
     if config.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    log, info = run_trl(config)
+    with UtilisationProbe(config.device) as busy:
+        log, info = run_trl(config)
     seconds = time.perf_counter() - start
     lengths = [row["completions/mean_length"] for row in log if "completions/mean_length" in row]
     tokens = sum(lengths) * config.batch_size * config.num_generations
     return {"before": info["evals"][0]["accuracy"], "after": info["evals"][-1]["accuracy"], "seconds": seconds,
-            "tokens_per_s": tokens / seconds, "peak_gib": _peak_gib(torch, config.device)}
+            "tokens_per_s": tokens / seconds, "peak_gib": _peak_gib(torch, config.device), "busy": busy.text()}
+
+
+def parse_buckets(parser, text):
+    """``--buckets 8,16,32`` as (8, 16, 32); anything else is refused naming the flag."""
+    try:
+        buckets = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        buckets = None
+    if not buckets or any(b < 1 for b in buckets) or list(buckets) != sorted(set(buckets)):
+        parser.error(f"--buckets: {text!r} is not a comma-separated list of increasing positive batch sizes. Fix: "
+                     "pass e.g. --buckets 64,128,256,512 (the largest at least the training batch, prompts × G)")
+    return buckets
+
+
+def decode_settings(parser, args):
+    """The ``static_cache.DecodeSettings`` the switches ask for (--cuda-graphs turns on --static-cache)."""
+    from grpo_edu.training.rollouts import static_cache
+
+    if (args.buckets is not None or args.finished is not None) and not (args.static_cache or args.cuda_graphs):
+        parser.error("--buckets and --finished shape the static cache, which is off. Fix: add --static-cache "
+                     "(or --cuda-graphs)")
+    buckets = parse_buckets(parser, args.buckets) if args.buckets is not None else static_cache.BUCKETS
+    return static_cache.DecodeSettings(static_cache=args.static_cache or args.cuda_graphs,
+                                       cuda_graphs=args.cuda_graphs, buckets=buckets,
+                                       finished=args.finished or "mask")
+
+
+def describe(decoding, device):
+    """One line saying how the engine decodes in this run."""
+    if not decoding.static_cache:
+        return "decoding: the engine's exact-fit cache (no --static-cache)"
+    graphs = ("off" if not decoding.cuda_graphs else "recorded per bucket" if device == "cuda"
+              else "asked for, but there is no CUDA: the same step runs eagerly")
+    return (f"decoding: static cache, buckets {','.join(map(str, decoding.buckets))}, finished rows "
+            f"{'masked in place' if decoding.finished == 'mask' else 'dropped to a smaller bucket'}; CUDA graphs "
+            f"{graphs}")
 
 
 def main(argv=None):
@@ -173,7 +303,20 @@ def main(argv=None):
                                       "already holds a model is refused unless --overwrite")
     parser.add_argument("--overwrite", action="store_true",
                         help="let --out replace the model already in that folder (never a bundled model)")
+    parser.add_argument("--static-cache", action="store_true",
+                        help="decode over a static KV cache in batch-size buckets (training/rollouts/static_cache.py)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="record each bucket's decode step in a CUDA graph (turns on --static-cache; on the CPU "
+                             "the same step runs eagerly)")
+    parser.add_argument("--buckets", help="batch sizes of the static cache, comma-separated and increasing "
+                                          "(default 8,16,32,64,128,256,512)")
+    parser.add_argument("--finished", choices=("mask", "drop"), default=None,
+                        help="finished rows stay masked in their bucket (mask, the default) or leave for a smaller "
+                             "bucket (drop)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the arguments and print the plan; build and train nothing")
     args = parser.parse_args(argv)
+    decoding = decode_settings(parser, args)
     if args.out:                                              # before torch loads: nothing is replaced by surprise
         check_out(parser, args.out, overwrite=args.overwrite)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")              # this run never downloads
@@ -195,6 +338,10 @@ def main(argv=None):
               "is the CPU stand-in; --device cuda runs the gpu size where there is a GPU", file=sys.stderr, flush=True)
     where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     print(f"device: {where}; size: {size}; nothing is downloaded", flush=True)
+    print(describe(decoding, device), flush=True)
+    if args.dry_run:
+        print("dry run: nothing built or trained")
+        return 0
 
     start = time.perf_counter()
     model_dir = args.out or os.path.join(tempfile.mkdtemp(prefix="grpo_edu_gpu_run_"), "sums-model")
@@ -208,19 +355,20 @@ def main(argv=None):
     print(f"1. built {model_dir}: {params:,} parameters, {made['warmup_steps']} warm-up steps in "
           f"{made['wall_seconds']:.0f} s; held-out sampled accuracy {made['heldout_sampled_accuracy']:.3f}", flush=True)
 
-    ours = run_grpo_edu(model_dir, device, size)
+    ours = run_grpo_edu(model_dir, device, size, decoding)
     c = ours["config"]
     peak = f"{ours['peak_gib']:.2f} GiB" if ours["peak_gib"] is not None else "n/a (CPU)"
+    static = " over the static cache" + (" in CUDA graphs" if decoding.cuda_graphs else "") if decoding.static_cache else ""
     print(f"2. grpo_edu GRPO ({c.total_training_steps} steps, {c.batch_size} prompts × G={c.num_generations}, "
-          f"lr {c.learning_rate:g}, sampler {c.sampler}{', bf16 autocast' if device == 'cuda' else ''}): held-out accuracy "
-          f"{ours['before']:.3f} → {ours['after']:.3f}; {ours['seconds']:.0f} s; "
-          f"{ours['tokens_per_s']:,.0f} completion tokens/s; peak GPU memory {peak}", flush=True)
+          f"lr {c.learning_rate:g}, sampler {c.sampler}{static}{', bf16 autocast' if device == 'cuda' else ''}): "
+          f"held-out accuracy {ours['before']:.3f} → {ours['after']:.3f}; {ours['seconds']:.0f} s; "
+          f"{ours['tokens_per_s']:,.0f} completion tokens/s; peak GPU memory {peak}; {ours['busy']}", flush=True)
 
-    speeds, rows, max_new = run_samplers(model_dir, device, size)
+    speeds, rows, max_new, busy = run_samplers(model_dir, device, size, decoding)
     print(f"   sampling {rows} rows, ≤ {max_new} new tokens, median tokens/s over {len(speeds['loop'])} round(s): "
           + ", ".join(f"{name} {sorted(v)[len(v) // 2]:,.0f}" for name, v in speeds.items())
-          + " (the engine: grpo_edu.training.rollouts.engine, the trainer's default; the loop: GRPOConfig(sampler='loop'))",
-          flush=True)
+          + " (the engine: grpo_edu.training.rollouts.engine, the trainer's default; the loop: GRPOConfig(sampler='loop'))"
+          + f"; {busy} over all samplers", flush=True)
 
     if args.no_trl:
         print("3. TRL comparison skipped (--no-trl)")
@@ -232,7 +380,7 @@ def main(argv=None):
             peak = f"{theirs['peak_gib']:.2f} GiB" if theirs["peak_gib"] is not None else "n/a (CPU)"
             print(f"3. TRL GRPOTrainer, same settings (fp32): held-out accuracy {theirs['before']:.3f} → "
                   f"{theirs['after']:.3f}; {theirs['seconds']:.0f} s; {theirs['tokens_per_s']:,.0f} completion "
-                  f"tokens/s; peak GPU memory {peak}")
+                  f"tokens/s; peak GPU memory {peak}; {theirs['busy']}")
     print(f"total: {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -2,8 +2,8 @@
 
 ``model/``      loading a model, the bundled models' tokenizers (characters; BPE with a chat template) and recipe,
                 LoRA, PPO's critic
-``rollouts/``   sampling answers with their log-probs (``rollout``, ``engine``), the training ``passes``, ``tools``
-                and ``multi_turn`` rollouts
+``rollouts/``   sampling answers with their log-probs (``rollout``, ``engine`` with its ``static_cache`` and
+                ``cuda_graphs``), the training ``passes``, ``tools`` and ``multi_turn`` rollouts
 ``task/``       the tasks (``tasks``, ``sums``, ``calc``, ``words``, ``task_setup``), their ``rewards``, ``evaluation``
 ``trainers/``   ``config``, ``trainer`` (the algorithm box) with its ``run_state``, GRPO's ``family``, ``replay``
 ``runs/``       a run on disk: ``checkpoint``, ``run_folder``
@@ -23,7 +23,7 @@ from grpo_edu.common import rooms
 
 ROOMS = {
     "model": ("models", "tokenizer", "chat_tokenizer", "make_model", "lora", "critic"),
-    "rollouts": ("rollout", "engine", "passes", "tools", "multi_turn"),
+    "rollouts": ("rollout", "engine", "static_cache", "cuda_graphs", "passes", "tools", "multi_turn"),
     "task": ("tasks", "sums", "calc", "words", "task_setup", "rewards", "evaluation"),
     "trainers": ("config", "trainer", "run_state", "family", "replay"),
     "runs": ("checkpoint", "run_folder"),

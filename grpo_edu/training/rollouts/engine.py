@@ -76,6 +76,10 @@ for its call."""
 KEPT_BUFFER_BYTES = 64 * 2**20
 """The largest cache buffer kept between calls (a training step's: lesson 11's 128 rows take 29 MB)."""
 
+DECODING = [None]
+"""The decode settings in force when a call passes none (``static_cache.using`` pushes its own; None: this
+module's exact-fit cache). They live in ``static_cache.py``, which builds on this module."""
+
 _told = set()
 """Reasons already given in the fallback line (each is printed once per process)."""
 
@@ -205,6 +209,22 @@ class _Weights:
         self.scaling = attn.scaling                                                    # 1/√d
 
 
+def rms_norm(x, weight, eps):
+    """RMSNorm: x / √(mean(x²) + ε) · w, in float32 as ``LlamaRMSNorm`` computes it."""
+    x32 = x if x.dtype == torch.float32 else x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
+
+
+def attention_kernels(device):
+    """On CUDA, SDPA restricted to :data:`CUDA_ATTENTION_BACKENDS`; elsewhere nothing changes."""
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_ATTENTION_BACKENDS])
+
+
 class _LlamaDecoder:
     """Llama's forward over a preallocated KV cache, with the model's own weights and nothing around them.
 
@@ -227,14 +247,10 @@ class _LlamaDecoder:
         self.embed = model.model.embed_tokens.weight                                   # (V, D)
         self.final_norm = model.model.norm.weight                                      # (D,)
         self.lm_head = lora.merged_linear(model.lm_head)                               # (V, D)
-        self._backends = None                                                          # SDPA kernels on CUDA
 
     # --- the pieces of one layer -------------------------------------------------------------
     def _rms_norm(self, x, weight):
-        """RMSNorm: x / √(mean(x²) + ε) · w, in float32 as ``LlamaRMSNorm`` computes it."""
-        x32 = x if x.dtype == torch.float32 else x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
+        return rms_norm(x, weight, self.eps)
 
     @staticmethod
     def _rope(x, cos, sin):
@@ -279,15 +295,7 @@ class _LlamaDecoder:
         return F.linear(self._rms_norm(h[:, -1], self.final_norm), *self.lm_head)      # (n, V)
 
     def _attention_kernels(self):
-        """On CUDA, SDPA restricted to :data:`CUDA_ATTENTION_BACKENDS` (looked up once per decoder); elsewhere
-        nothing changes."""
-        if self.embed.device.type != "cuda":
-            return contextlib.nullcontext()
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        if self._backends is None:
-            self._backends = [getattr(SDPBackend, name) for name in CUDA_ATTENTION_BACKENDS]
-        return sdpa_kernel(self._backends)
+        return attention_kernels(self.embed.device)
 
     def _additive(self, allowed):
         """A boolean mask as SDPA's additive one, in the cache's dtype: 0 where True, −∞ where False."""
@@ -411,9 +419,13 @@ class _TransformersDecoder:
         return out.logits[:, -1]                                                       # (n, V)
 
 
-def decoder_for(model, max_new_tokens):
-    """The fast Llama decoder when ``model`` is a Llama, else its own forward (and one line saying so)."""
+def decoder_for(model, max_new_tokens, decoding=None):
+    """The fast Llama decoder when ``model`` is a Llama, else its own forward (and one line saying so).
+    ``decoding`` (``static_cache.DecodeSettings``) with ``static_cache=True`` puts the Llama decoder's steps on a
+    static cache, in CUDA graphs when asked (``static_cache.py``, ``cuda_graphs.py``)."""
     refusal = fast_path_refusal(model)
+    if refusal is None and decoding is not None and decoding.static_cache:
+        return decoding.decoder(model, max_new_tokens)                                 # static_cache.StaticDecoder
     if refusal is None:
         return _LlamaDecoder(model, max_new_tokens)
     if refusal not in _told:
@@ -433,14 +445,19 @@ def _check_logits(logits, t):
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, temperature=1.0,
-             generator=None, with_entropy=False):
+             generator=None, with_entropy=False, decoding=None):
     """``rollout.generate``'s answers, from the same distribution, by the engine; returns a :class:`Rollout`.
 
     Same arguments and the same return value (see ``rollout.generate``); only the random numbers go
     elsewhere, since finished rows leave the batch (greedy decoding, ``temperature=0``, gives the loop's
-    answers token for token).
+    answers token for token). ``decoding``: a ``static_cache.DecodeSettings`` (the static cache, CUDA graphs,
+    buckets); None takes the one ``static_cache.using`` set, else the engine's own exact-fit cache.
     """
     _check_args(prompts, num_generations, max_new_tokens, temperature, tokenizer)
+    decoding = DECODING[-1] if decoding is None else decoding
+    if decoding is not None and not callable(getattr(decoding, "decoder", None)):
+        _checks.fail("decoding", f"{type(decoding).__name__} is not a DecodeSettings",
+                     "pass grpo_edu.training.rollouts.static_cache.DecodeSettings(...) or None")
     device = next(model.parameters()).device
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -449,7 +466,7 @@ def generate(model, tokenizer, prompts, *, num_generations=1, max_new_tokens=8, 
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
     check_readable(model, tokenizer, prompts, enc["input_ids"], enc["attention_mask"], max_new_tokens)  # before the cache
     unique_ids, unique_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)   # (B, P)
-    decoder = decoder_for(model, max_new_tokens)
+    decoder = decoder_for(model, max_new_tokens, decoding)
     logits = decoder.prefill(unique_ids, unique_mask)                                  # (B, V): each prompt once
     if G > 1:
         decoder.repeat(G)
