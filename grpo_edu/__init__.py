@@ -16,11 +16,12 @@ checks every import in the source):
     ``kl``              per-token KL estimators k1, k2, k3 against π_ref
     ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
     ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
+    ``off_policy``      corrections for answers an older or other policy sampled: PPO clip vs μ, decoupled, TIS, masks
     ``gae``             GRPO's family: PPO's critic, GAE(γ, λ) advantages and the clipped value loss
     ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
     ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
 
-``training/`` — the training loop and what it needs (lessons 05–08), in five rooms (``from grpo_edu.training import trainer``)
+``training/`` — the training loop and what it needs (lessons 05–08), in six rooms (``from grpo_edu.training import trainer``)
   ``model/`` — the model
     ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
@@ -49,6 +50,10 @@ checks every import in the source):
   ``runs/`` — a run on disk
     ``checkpoint``      atomic safetensors + JSON checkpoints, exact resume, damaged files named
     ``run_folder``      one run per output folder: a lock, and no mixing with another run
+  ``asynchronous/`` — sampling and training apart (lesson 18)
+    ``versions``        published weights by version, tagged batches as safetensors files, the lag's draw plan
+    ``lagged``          AsyncGRPOTrainer: a sampler k updates behind, in one process, staleness dropped or kept
+    ``processes``       the sampler in a second process, equal to the lagged run; a dead sampler leaves a checkpoint
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names
@@ -82,6 +87,7 @@ checks every import in the source):
     ``family``          lesson 13's comparison: GRPO against its family on one budget (grpo-edu family)
     ``cost_of_a_step``  lesson 14's measurements: time and memory by part, sample reuse, LoRA's learning rate
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
+    ``asynchronous``    lesson 18's runs: the staleness sweep, the correction ladder, the mismatches, wall-clock
   ``classroom/`` — the instructor's and the room's tools
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)

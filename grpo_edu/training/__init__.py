@@ -1,4 +1,4 @@
-"""The training loop and what it needs, in five rooms (subpackages):
+"""The training loop and what it needs, in six rooms (subpackages):
 
 ``model/``      loading a model, the bundled models' tokenizer and recipe, LoRA, PPO's critic
 ``rollouts/``   sampling answers with their log-probs (``rollout``, ``engine``), the training ``passes``, ``tools``
