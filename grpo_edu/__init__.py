@@ -16,6 +16,7 @@ checks every import in the source):
     ``kl``              per-token KL estimators k1, k2, k3 against π_ref
     ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
     ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
+    ``off_policy``      corrections for answers an older or other policy sampled: PPO clip vs μ, decoupled, TIS, masks
     ``gae``             GRPO's family: PPO's critic, GAE(γ, λ) advantages and the clipped value loss
     ``rejection_sampling`` GRPO's family: keep the right answers, fine-tune on them (RAFT, STaR)
     ``dpo``             GRPO's family: right/wrong pairs from a group and the DPO loss
@@ -65,6 +66,10 @@ checks every import in the source):
     ``preference_data`` pairs sampled from a model, labelled by the gold judge, checked
     ``reward_trainer``  training a reward model with the Bradley–Terry loss
     ``reward_function`` a reward model (or an ensemble, mean or min) as GRPO's reward function
+  ``asynchronous/`` — sampling and training apart (lesson 18)
+    ``versions``        published weights by version, tagged batches as safetensors files, the lag's draw plan
+    ``lagged``          AsyncGRPOTrainer: a sampler k updates behind, in one process, staleness dropped or kept
+    ``processes``       the sampler in a second process, equal to the lagged run; a dead sampler leaves a checkpoint
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names
@@ -100,6 +105,7 @@ checks every import in the source):
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
     ``text_clinic``     lesson 16's clinic of text failures: no template, pad = eos, a regex, two graders, drift
     ``overoptimisation`` lesson 17's sweeps: best-of-n and GRPO against a learned reward model, the gold beside it
+    ``asynchronous``    lesson 18's runs: the staleness sweep, the correction ladder, the mismatches, wall-clock
   ``classroom/`` — the instructor's and the room's tools
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
     ``answers``         a class's saved notebooks read, never run: student × exercise (grpo-edu check-answers)

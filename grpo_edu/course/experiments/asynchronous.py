@@ -174,6 +174,8 @@ def summary(runs, by="lag"):
                       "accuracy_before": mean([r["evals"][0]["accuracy"] for r in group]),
                       "accuracy_after": mean([r["evals"][-1]["accuracy"] for r in group]),
                       "accuracy_after_each": [r["evals"][-1]["accuracy"] for r in sorted(group, key=lambda r: r["seed"])],
+                      "reward_late": mean([mean([m["reward_mean"] for m in r["history"][len(r["history"]) // 2:]])
+                                           for r in group]),
                       "log_ratio_std": late("log_ratio_std"), "clip_fraction": late("clip_fraction"),
                       "masked_fraction": late("masked_fraction"), "kl_behaviour": late("kl_behaviour"),
                       "samples": group[0]["history"][-1]["samples_drawn"]})
