@@ -4,10 +4,8 @@ For each lesson with a widget panel, Chromium (driven by Playwright, through grp
 
 1. opens the lesson *unrun* and checks what a student sees first: no "0%" progress bar, the
    panel's hint to run the cell, and a notebook JupyterLab does not mark modified;
-2. runs it up to and including the panel's cell (lessons 01–04b have this one panel; the cells after it
-   are run by ``pytest --nbval lessons``, and re-running them here would only run them twice; the
-   training lessons 06 and 07 stop at their first panel, which comes before any training: their
-   run-dependent panels are tested in test_viz_widgets);
+2. runs it (every cell; the training lessons 06 and 07 only up to their first panel, which
+   comes before any training: their run-dependent panels are tested in test_viz_widgets);
 3. moves each control the way a person does (arrow keys on a slider, a typed slider readout,
    typing into a text box, choosing from a dropdown) and waits until the panel's table shows
    what the library computes for the new setting;
@@ -22,22 +20,22 @@ import pytest
 
 from grpo_edu.course.testing import browser
 
-# lesson → (the panel's call, exactly as its cell reads; moves: (control label, how, argument))
+# lesson → (the panel's call, exactly as its cell reads; moves: (control label, how, argument); run every cell?)
 PANELS = {
     "01_batch_step_epoch": ("widgets.schedule_panel()",
                             [("batch_size", "arrow", +1), ("micro_batch_size", "arrow", +1),
-                             ("num_generations (G)", "arrow", -1), ("dataset_size", "type", 1500)]),
+                             ("num_generations (G)", "arrow", -1), ("dataset_size", "type", 1500)], True),
     "02_group_advantage": ("widgets.advantage_panel()",
-                           [("rewards", "text", "1, 0, 0, 0"), ("scale", "select", "rank")]),
+                           [("rewards", "text", "1, 0, 0, 0"), ("scale", "select", "rank")], True),
     "03_zero_sigma": ("widgets.dead_group_panel(p=0.9, num_generations=4, batch_size=4)",
-                      [("num_generations (G)", "arrow", +1), ("p (success rate)", "arrow", -1)]),
+                      [("num_generations (G)", "arrow", +1), ("p (success rate)", "arrow", -1)], True),
     "04_clipped_loss": ("widgets.clip_panel(epsilon=0.2, epsilon_high=0.28)",
-                        [("ε (epsilon)", "arrow", +1), ("ε_high (epsilon_high)", "type", 0.35)]),
-    "04b_kl_and_loss_types": ("widgets.kl_panel(beta=0.3)", [("β (beta)", "arrow", -1)]),
+                        [("ε (epsilon)", "arrow", +1), ("ε_high (epsilon_high)", "type", 0.35)], True),
+    "04b_kl_and_loss_types": ("widgets.kl_panel(beta=0.3)", [("β (beta)", "arrow", -1)], True),
     "06_data_replay": ("widgets.replay_mix_panel(num_new=128, replay_ratio=0.3, buffer_size=10_000)",
-                       [("replay_ratio", "arrow", +1), ("samples in the buffer", "arrow", -1)]),
+                       [("replay_ratio", "arrow", +1), ("samples in the buffer", "arrow", -1)], False),
     "07_reward_design": ("widgets.reward_weights_panel(correct=0.6, brevity=0.2, fmt=0.2)",
-                         [("w · brevity", "arrow", +1), ("w · correctness", "type", 0.3)]),
+                         [("w · brevity", "arrow", +1), ("w · correctness", "type", 0.3)], False),
 }
 
 pytestmark = pytest.mark.skipif(browser.missing() is not None, reason=f"browser test skipped: {browser.missing()}")
@@ -78,7 +76,7 @@ def test_a_student_opens_runs_and_plays_with_the_panel(lab, lesson):
     from grpo_edu.course.aids import widgets  # noqa: F401 (the panel calls below name it)
 
     page, base, console_errors = lab
-    call, moves = PANELS[lesson]
+    call, moves, run_all = PANELS[lesson]
     console_errors.clear()
     # 1. unrun: what a student sees first
     browser.open_lesson(page, base, lesson)
@@ -89,7 +87,7 @@ def test_a_student_opens_runs_and_plays_with_the_panel(lab, lesson):
     assert page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.dirty") is False, \
         "JupyterLab marked the lesson modified just by opening it"
     # 2. run
-    index = browser.run_to(page, call, run_all=False)
+    index = browser.run_to(page, call, run_all=run_all)
     cell = browser.cell(page, index)
     panel = eval(call)                              # the same panel in Python: the library's values
     assert browser.table_cells(cell) == _library_table(panel)
