@@ -230,24 +230,22 @@ def test_names_that_a_spreadsheet_would_run_are_written_as_text(tmp_path):
     assert not any(cell[:1] in "=+-@" and cell for r in rows for cell in r)
 
 
-def test_control_characters_in_a_name_are_shown_escaped(tmp_path):
+def test_control_characters_in_a_name_are_shown_escaped(tmp_path, capfd):
     _answered(tmp_path / "class", "\x1b[31mred\x1b[0m.ipynb")
     (tmp_path / "class" / "bad\x1b]0;owned\x07.ipynb").write_text("not json", encoding="utf-8")
-    run = _run_cli(tmp_path / "class", "--csv", tmp_path / "r.csv", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr.decode()
-    out = run.stdout.decode()
+    assert main(["check-answers", str(tmp_path / "class"), "--csv", str(tmp_path / "r.csv")]) == 0
+    out = capfd.readouterr().out                            # the bytes that reach the terminal (file descriptor 1)
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b[31mred\\x1b[0m" in out and "bad\\x1b]0;owned\\x07.ipynb: not a notebook" in out
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a file name that is not UTF-8 needs a POSIX file system")
-def test_a_file_name_that_is_not_utf8_is_shown_not_a_crash(tmp_path):
+def test_a_file_name_that_is_not_utf8_is_shown_not_a_crash(tmp_path, capfd):
     folder = tmp_path / "class"
     _answered(folder)
     os.rename(folder / "ana.ipynb", os.fsencode(folder) + b"/caf\xe9.ipynb")
-    run = _run_cli(folder, "--csv", tmp_path / "r.csv", cwd=tmp_path)
-    assert run.returncode == 0, run.stderr.decode()
-    assert "caf\\udce9" in run.stdout.decode() and "caf\\udce9" in (tmp_path / "r.csv").read_text(encoding="utf-8")
+    assert main(["check-answers", str(folder), "--csv", str(tmp_path / "r.csv")]) == 0   # a UTF-8 stdout, strict
+    assert "caf\\udce9" in capfd.readouterr().out and "caf\\udce9" in (tmp_path / "r.csv").read_text(encoding="utf-8")
 
 
 BAD = {"cells of numbers": {"cells": [1, 2]},

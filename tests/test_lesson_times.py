@@ -117,10 +117,20 @@ def test_the_time_spent_line_sums_notebooks_and_test_files_apart_and_names_the_l
                                                         "0 s in test files; 4 s on the clock")
 
 
+def _env_notebook(folder):
+    """A notebook that says what its kernel's thread variables are, stored as a parallel run must give (one
+    thread each), without importing torch: a kernel learns its threads only from these variables, so they say
+    it all, and a torch import in a fresh kernel costs seconds (the parallel run above shows torch's count)."""
+    _notebook(folder / "03_env.ipynb", [("import os\nprint([os.environ.get(v) for v in "
+                                         f"{list(THREAD_VARIABLES)!r}])", f"{['1'] * len(THREAD_VARIABLES)!r}\n")])
+    return "03_env.ipynb"
+
+
 @pytest.mark.parametrize("serial", [["-n", "0"], ["-p", "no:xdist"]], ids=["n0", "no-xdist"])
 def test_one_process_keeps_the_users_threads(course, serial):
-    run = _run(course, *serial, "02_b.ipynb")
-    assert run.returncode == 1, run.stdout[-3000:]                       # the stored "1 1" is not this run's
+    run = _run(course, *serial, _env_notebook(course))
+    assert run.returncode == 1, run.stdout[-3000:]                       # the stored ['1', '1', '1'] is not this run's
+    assert "1 failed" in run.stdout, run.stdout[-3000:]                  # ... and its cell is what failed
     assert "one process" in run.stdout and "[gw0]" not in run.stdout and "workers" not in run.stdout
 
 
@@ -162,6 +172,7 @@ def test_lesson_times_command_times_the_given_lessons(course, capfd):
 
     marker = course / "conftest-ran"                   # a conftest.py beside the lessons is never run
     (course / "conftest.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    _notebook(course / "02_b.ipynb", [("print(2 + 2)", "4\n")])     # no torch import: the command times any lesson
     assert main(["lesson-times", str(course / "02_b.ipynb"), "--step-ms", "40", "--workers", "0"]) == 0
     out = capfd.readouterr().out
     assert "bench step here 40 ms, so ×2.00" in out

@@ -37,8 +37,15 @@ needs_browser = pytest.mark.skipif(browser.missing() is not None, reason=f"site 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """The real site, built once for this file, with a temporary folder of its own (to see what it leaves there)."""
+    import tempfile
+
     out = tmp_path_factory.mktemp("site") / "html"
-    info = site.build(out)
+    temporary = tmp_path_factory.mktemp("tmp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(temporary))
+        info = site.build(out)
+    info["temporary"] = sorted(p.name for p in temporary.iterdir())
     print(f"\nsite: {len(info['pages'])} pages in {info['seconds']:.0f} s, {info['bytes'] / 1e6:.1f} MB")
     return out, info
 
@@ -56,6 +63,7 @@ def test_the_site_holds_every_lesson_and_docs_page(built):
     if info["seconds"] > 120:
         warnings.warn(f"the site took {info['seconds']:.0f} s to build (budget: 2 minutes on 2 cores)")
     assert (out / "_static" / "mathjax" / "tex-chtml.js").is_file()    # math from the site, not a CDN
+    assert not (out / site_folder.BUILDING).exists() and info["temporary"] == []   # no claim, no staging left
 
 
 def _tiny_course(root, link):
@@ -82,7 +90,8 @@ def test_the_docs_anchored_links_into_lessons_build(built):
 
 def test_a_broken_anchor_fails_the_build(tmp_path):
     """-W -n at work: a tiny course whose one link names a heading its lesson does not have fails to build
-    (the real site, built above with dozens of right anchors, is the control)."""
+    (the real site, built above with dozens of right anchors, is the control; it also shows that a build leaves
+    no claim and no staging folder behind)."""
     _tiny_course(tmp_path / "bad", "../lessons/01_a.ipynb#1.-No-such-heading")
     with pytest.raises(RuntimeError, match="local id not found"):
         site.build(tmp_path / "bad-out", root=tmp_path / "bad")
@@ -224,17 +233,6 @@ def _alive(pid):
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def test_a_tiny_site_builds_and_leaves_no_claim_and_no_staging(tmp_path, monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
-    _tiny_course(tmp_path / "course", "../lessons/01_a.ipynb#1.-A-heading")
-    info = site.build(tmp_path / "out", root=tmp_path / "course")
-    assert "lessons/01_a.html" in info["pages"] and not (tmp_path / "out" / site_folder.BUILDING).exists()
-    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_lesson_page_says_how_to_run_it_and_where_its_panels_go():

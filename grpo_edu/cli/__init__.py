@@ -21,7 +21,10 @@ from grpo_edu.cli.flags import (_apply_preset, _config_from, field_docs, first_s
 from grpo_edu.cli.runs import MetricsFile, check_metrics_out, default_run_dir  # noqa: F401
 
 
-def build_parser():
+def build_parser(command=None):
+    """The whole parser; given the ``command`` a command line names, the other commands' parsers may leave out
+    what only they need and is slow to import (train's --method flags import torch: seconds for
+    ``grpo-edu check-answers``, which never trains)."""
     import argparse
 
     import grpo_edu
@@ -30,7 +33,7 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"grpo-edu {grpo_edu.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = runs.add_train(sub)
+    train = runs.add_train(sub, method_flags=command in (None, "train"))
     runs.add_eval(sub)
     reading.add_replay(sub)
     reading.add_diagnose(sub)
@@ -90,7 +93,7 @@ def main(argv=None):
         from importlib import import_module
 
         return import_module(PASS_THROUGH[argv[0]]).main(argv[1:]) or 0
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv and not argv[0].startswith("-") else None)
     _apply_preset(parser, argv)
     args = command_line.parse_args(parser, join_negative_values(argv, parser.value_flags))   # "" refused too
     with warnings.catch_warnings():

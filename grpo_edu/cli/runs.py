@@ -346,7 +346,9 @@ def _run_settings(model):
 
 
 # --- the parsers -----------------------------------------------------------------------------
-def add_train(sub):
+def add_train(sub, method_flags=True):
+    """``grpo-edu train``; ``method_flags=False`` leaves out lesson 13's --method flags, whose module imports torch
+    (seconds): for a command line that names another command, which never reads them."""
     train = sub.add_parser("train", help="run GRPO (default: the bundled tiny model on two-digit addition)",
                            description="Run GRPO. The trained model is saved into --output-dir "
                                        "(default: runs/<timestamp>/ under the current folder); "
@@ -367,9 +369,10 @@ def add_train(sub):
                      help="let this run replace another run in --output-dir (only that run's checkpoint-* "
                           "folders and latest.json are removed; nothing else)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    from grpo_edu.cli.method_flags import add_method_flags
+    if method_flags:
+        from grpo_edu.cli.method_flags import add_method_flags
 
-    add_method_flags(train)
+        add_method_flags(train)
     train.set_defaults(func=cmd_train)
     return train
 
