@@ -256,7 +256,7 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=la
         result["train_log"].append({"step": step, "proxy": m["reward/proxy"], "gold": m["reward/gold"]})
         if step % every == 0:
             measure(step)
-            if len(points) >= 3:
+            if sum(p["d"] > 0 for p in points) >= 2:          # an early KL estimate can be ≤ 0 (noise): d = 0
                 result["fits"] = fit_both(points)
             result["steps_done"] = step
             save(result)
