@@ -219,7 +219,8 @@ MEASURE_PROMPTS = 12
 """Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
 
 
-def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=lambda result: None):
+def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", learning_rate=None,
+               save=lambda result: None):
     """GRPO against seed ``seed``'s proxy: every ``every`` steps the mean gold and proxy of fresh samples on fixed
     held-out prompts and KL(π‖π_init) over them; the gold gain fitted with both of Gao's forms."""
     from grpo_edu.training.reward_models.gold import SumsGoldJudge, gold_scores
@@ -233,7 +234,9 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=la
     judge = SumsGoldJudge()
     rows = get_task("sums").split("heldout")[EVAL_ROWS:EVAL_ROWS + MEASURE_PROMPTS]
     answers = {r["prompt"]: r["answer"] for r in rows}
-    config = GRPOConfig.preset("sums", **GRPO_SETTINGS, beta=beta, total_training_steps=steps, seed=seed)
+    settings = {**GRPO_SETTINGS, **({"learning_rate": learning_rate, "lr_scheduler_type": "constant"}
+                                    if learning_rate is not None else {})}
+    config = GRPOConfig.preset("sums", **settings, beta=beta, total_training_steps=steps, seed=seed)
     trainer = GRPOTrainer(config, reward_funcs=[proxy, judge], reward_weights=[1.0, 0.0])
     points, samples = [], {}
 
@@ -247,7 +250,7 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=la
         samples[str(step)] = list(zip(s["prompts"], s["completions"]))[:: 8]
         print(f"seed {seed} β {beta} step {step}: " + str({k: round(v, 3) for k, v in points[-1].items()}), flush=True)
 
-    result = {"seed": seed, "beta": beta, "steps": steps, "settings": GRPO_SETTINGS, "proxy": proxy_name,
+    result = {"seed": seed, "beta": beta, "steps": steps, "settings": settings, "proxy": proxy_name,
               "heldout_accuracy": info["heldout_accuracy"], "points": points, "train_log": [], "fits": {},
               "samples": samples}
     measure(0)
@@ -256,7 +259,7 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", save=la
         result["train_log"].append({"step": step, "proxy": m["reward/proxy"], "gold": m["reward/gold"]})
         if step % every == 0:
             measure(step)
-            if len(points) >= 3:
+            if sum(p["d"] > 0 for p in points) >= 2:          # an early KL estimate can be ≤ 0 (noise): d = 0
                 result["fits"] = fit_both(points)
             result["steps_done"] = step
             save(result)
@@ -282,11 +285,14 @@ def main(argv=None):
     parser.add_argument("--out", default=str(STORED))
     parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
     parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="grpo: a constant learning rate in place of GRPO_SETTINGS' (1e-4, linear decay)")
     args = parser.parse_args(argv)
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = f"bon-seed{args.seed}.json" if args.what == "bon" else f"grpo-beta{args.beta:g}-seed{args.seed}.json"
+    lr = f"-lr{args.lr:g}" if args.lr is not None else ""
+    name = f"bon-seed{args.seed}.json" if args.what == "bon" else f"grpo-beta{args.beta:g}{lr}-seed{args.seed}.json"
     command = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
         argv if argv is not None else sys.argv[1:])
 
@@ -297,7 +303,7 @@ def main(argv=None):
     if args.what == "bon":
         result = bon_sweep(args.seed, save=save)
     else:
-        result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, save=save)
+        result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, learning_rate=args.lr, save=save)
     result["complete"] = True
     save(result)
     print(f"wrote {out / name} in {result['seconds']} s")
@@ -307,11 +313,12 @@ if __name__ == "__main__":
     main()
 
 
-def stored(kind="bon", *, beta=0.0, folder=None):
-    """The stored sweeps of ``kind`` ("bon" or "grpo" at KL penalty ``beta``), one dict per seed found, by seed."""
+def stored(kind="bon", *, beta=0.0, lr=None, folder=None):
+    """The stored sweeps of ``kind`` ("bon" or "grpo" at KL penalty ``beta`` and constant learning rate ``lr``, None:
+    GRPO_SETTINGS'), one dict per seed found, by seed."""
     choice("kind", kind, ("bon", "grpo"))
     folder = Path(folder or STORED)
-    pattern = "bon-seed*.json" if kind == "bon" else f"grpo-beta{beta:g}-seed*.json"
+    pattern = "bon-seed*.json" if kind == "bon" else f"grpo-beta{beta:g}{f'-lr{lr:g}' if lr else ''}-seed*.json"
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(pattern))]
     if not runs:
         fail("kind", f"no stored {kind} sweep in {folder}", "make them with the command in this module's docstring")
