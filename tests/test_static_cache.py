@@ -199,8 +199,8 @@ def test_a_stale_input_or_a_token_in_the_wrong_bucket_row_breaks_the_parity(sums
 
 
 def test_bad_settings_are_refused_naming_the_field(adder):
-    for kwargs, field in [(dict(cuda_graphs=True), "cuda_graphs"), (dict(static_cache=True, buckets=(16, 8)), "buckets"),
-                          (dict(static_cache=True, buckets=()), "buckets"), (dict(buckets=(0, 4)), "buckets"),
+    for kwargs, field in [(dict(cuda_graphs=True), "cuda_graphs"), (dict(buckets=(16, 8)), "buckets"),
+                          (dict(buckets=()), "buckets"), (dict(buckets=(0, 4)), "buckets"),
                           (dict(finished="keep"), "finished")]:
         with pytest.raises(ValueError, match=f"^{field}: .* Fix: "):
             DecodeSettings(**kwargs)

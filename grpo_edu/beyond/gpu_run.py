@@ -358,7 +358,9 @@ def main(argv=None):
     ours = run_grpo_edu(model_dir, device, size, decoding)
     c = ours["config"]
     peak = f"{ours['peak_gib']:.2f} GiB" if ours["peak_gib"] is not None else "n/a (CPU)"
-    static = " over the static cache" + (" in CUDA graphs" if decoding.cuda_graphs else "") if decoding.static_cache else ""
+    static = ""
+    if decoding.static_cache:
+        static = " over the static cache" + (" in CUDA graphs" if decoding.cuda_graphs else "")
     print(f"2. grpo_edu GRPO ({c.total_training_steps} steps, {c.batch_size} prompts × G={c.num_generations}, "
           f"lr {c.learning_rate:g}, sampler {c.sampler}{static}{', bf16 autocast' if device == 'cuda' else ''}): "
           f"held-out accuracy {ours['before']:.3f} → {ours['after']:.3f}; {ours['seconds']:.0f} s; "

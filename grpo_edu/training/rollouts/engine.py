@@ -35,6 +35,9 @@ into the weights it reads (W + (α/r)·B·A, as TRL merges before vLLM samples).
 through its own ``transformers`` forward and KV cache, still dropping finished rows, and says why in one
 line: slower, never silently wrong.
 
+On a GPU the decode steps can run over a cache that never moves, recorded once in CUDA graphs
+(``static_cache.py``, ``cuda_graphs.py``; ``generate(decoding=...)``): off by default, slower on the CPU.
+
 The return value is :class:`~grpo_edu.training.rollouts.rollout.Rollout`, exactly as ``rollout.generate``
 makes it (left-padded prompts, pad after the first EOS, the mask up to and including it, log-probs at
 the temperature). The answers come from the same distribution but not from the same random numbers:
