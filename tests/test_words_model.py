@@ -122,7 +122,7 @@ def test_the_trainer_renders_questions_and_trains_on_the_end_token(model_and_tok
 
     model, tokenizer = load_model_and_tokenizer(str(words_model_dir()))
     config = GRPOConfig.preset("words", batch_size=2, num_generations=4, total_training_steps=1, eval_size=0)
-    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer)
+    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer, train_rows=TASK.split("train", 4))
     question = TASK.split("train", 1)[0]["prompt"]
     assert trainer.train_rows[0]["prompt"] == chatml(TASK.messages(question), add_generation_prompt=True)
     rollout = trainer._sample([trainer.train_rows[0]["prompt"]])
