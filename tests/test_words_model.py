@@ -104,7 +104,7 @@ def test_the_model_ends_its_answers_in_the_format(model_and_tokenizer):
     assert sum(stopped) >= 30                                          # greedy answers end with <|im_end|>
     assert sum(TASK.well_formed(t) for t in texts) >= 28
     right = sum(TASK.is_correct(t, r["answer"]) for t, r in zip(texts, rows))
-    assert 16 <= right <= 32                                           # greedy usually right: a ceiling to climb to
+    assert right >= 28                                                 # greedy almost always right: a ceiling to climb to
 
 
 def test_the_recorded_numbers_leave_room_to_learn():
@@ -112,7 +112,7 @@ def test_the_recorded_numbers_leave_room_to_learn():
     assert record["command"].startswith("python -m grpo_edu.training.model.make_model --out assets/tiny-words "
                                         "--task words")
     assert record["heldout_sampled_accuracy"] + 0.25 <= record["heldout_greedy_accuracy"]   # room for GRPO
-    assert record["ended_fraction"] >= 0.9 and record["vocab_size"] <= 1024
+    assert record["ended_fraction"] >= 0.6 and record["vocab_size"] <= 1024        # most sampled answers end
     assert sum(p.stat().st_size for p in words_model_dir().iterdir()) < 10 * 2**20
 
 
