@@ -37,8 +37,8 @@ RUNS = ("healthy", "no_template", "pad_is_eos", "newline_regex", "format_regex")
 """The GRPO runs: the words preset as it is (``healthy``: the cure of the first two cases and the lesson's
 before → after table), the three sick cases, and ``format_regex``, the cure of ``newline_regex``."""
 STORED = ASSETS / "text-clinic"
-STEPS = 60
-"""Steps of each run: the words preset's."""
+STEPS = 40
+"""Steps of each run: the words preset's (``tests/test_text_clinic.py`` checks they agree)."""
 EVAL_PROMPTS = 100
 
 
