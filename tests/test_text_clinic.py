@@ -52,3 +52,9 @@ def test_the_stored_runs_carry_their_commands_and_the_cases_they_show():
     assert {("healthy", s) for s in (0, 1, 2)} <= set(runs)
     newline = runs["newline_regex", 0]
     assert max(h["reward_mean"] for h in newline["history"]) == 0.0 and "reward_always_zero" in newline["findings"]
+
+
+def test_the_runs_are_as_long_as_the_words_preset():
+    from grpo_edu.training.trainers.config import PRESETS
+
+    assert text_clinic.STEPS == PRESETS["words"]["total_training_steps"]

@@ -104,7 +104,7 @@ def test_the_model_ends_its_answers_in_the_format(model_and_tokenizer):
     assert sum(stopped) >= 30                                          # greedy answers end with <|im_end|>
     assert sum(TASK.well_formed(t) for t in texts) >= 28
     right = sum(TASK.is_correct(t, r["answer"]) for t, r in zip(texts, rows))
-    assert 16 <= right <= 32                                           # greedy usually right: a ceiling to climb to
+    assert right >= 28                                                 # greedy almost always right: a ceiling to climb to
 
 
 def test_the_recorded_numbers_leave_room_to_learn():
@@ -112,7 +112,7 @@ def test_the_recorded_numbers_leave_room_to_learn():
     assert record["command"].startswith("python -m grpo_edu.training.model.make_model --out assets/tiny-words "
                                         "--task words")
     assert record["heldout_sampled_accuracy"] + 0.25 <= record["heldout_greedy_accuracy"]   # room for GRPO
-    assert record["ended_fraction"] >= 0.9 and record["vocab_size"] <= 1024
+    assert record["ended_fraction"] >= 0.6 and record["vocab_size"] <= 1024        # most sampled answers end
     assert sum(p.stat().st_size for p in words_model_dir().iterdir()) < 10 * 2**20
 
 
@@ -122,7 +122,7 @@ def test_the_trainer_renders_questions_and_trains_on_the_end_token(model_and_tok
 
     model, tokenizer = load_model_and_tokenizer(str(words_model_dir()))
     config = GRPOConfig.preset("words", batch_size=2, num_generations=4, total_training_steps=1, eval_size=0)
-    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer)
+    trainer = GRPOTrainer(config, model=model, tokenizer=tokenizer, train_rows=TASK.split("train", 4))
     question = TASK.split("train", 1)[0]["prompt"]
     assert trainer.train_rows[0]["prompt"] == chatml(TASK.messages(question), add_generation_prompt=True)
     rollout = trainer._sample([trainer.train_rows[0]["prompt"]])

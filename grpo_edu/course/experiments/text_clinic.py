@@ -37,8 +37,8 @@ RUNS = ("healthy", "no_template", "pad_is_eos", "newline_regex", "format_regex")
 """The GRPO runs: the words preset as it is (``healthy``: the cure of the first two cases and the lesson's
 before → after table), the three sick cases, and ``format_regex``, the cure of ``newline_regex``."""
 STORED = ASSETS / "text-clinic"
-STEPS = 60
-"""Steps of each run: the words preset's."""
+STEPS = 40
+"""Steps of each run: the words preset's (``tests/test_text_clinic.py`` checks they agree)."""
 EVAL_PROMPTS = 100
 
 
@@ -238,12 +238,40 @@ def format_match(model=None, *, prompts=100, seed=0):
             "NEWLINE_FORMAT": match_share(NEWLINE_FORMAT, rollout.completions)}
 
 
+def measurements(model=None, *, seed=0):
+    """Every measurement of the clinic at its full size, for storing (:data:`MEASURED`): the end tokens in one
+    step's loss, the regexes on 400 answers, both graders on one answer to each of the 500 held-out questions,
+    and drift on 800 answers."""
+    loaded = _words(model)[:2]
+    counts, info = graders(loaded, prompts=500, seed=seed)
+    share, moved = drift_on_samples(loaded, prompts=200, num_samples=4, seed=seed)
+    return {"seed": seed, "end_tokens": end_tokens_in_the_loss(loaded, seed=seed),
+            "format_match": format_match(loaded, prompts=100, seed=seed),
+            "graders": {"counts": counts, "accuracy": info["accuracy"], "disagree": info["disagree"],
+                        "answers": info["answers"], "examples": info["examples"]},
+            "drift": {"share": share, "token_share": moved["token_share"], "answers": moved["answers"],
+                      "changed": len(moved["changed"])}}
+
+
+MEASURED = STORED / "measurements.json"
+"""The stored :func:`measurements`, with the command that made them."""
+
+
+def stored_measurements(path=MEASURED):
+    """The stored measurements (a dict, with its file's ``command``)."""
+    if not Path(path).is_file():
+        fail("path", f"{path} does not exist", "make it with python -m grpo_edu.course.experiments.text_clinic "
+             "--case measurements --json assets/text-clinic/measurements.json")
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    return dict(record["measurements"], command=record["command"])
+
+
 def stored(folder=STORED):
     """Every stored run: {(case, seed): run}, each with its file's ``command``."""
     runs = {}
     for path in sorted(Path(folder).glob("*.json")):
         record = json.loads(path.read_text(encoding="utf-8"))
-        for r in record["runs"]:
+        for r in record.get("runs", ()):                 # measurements.json holds no runs
             runs[r["case"], r["seed"]] = dict(r, command=record["command"])
     if not runs:
         fail("folder", f"{folder} holds no stored runs",
@@ -254,7 +282,7 @@ def stored(folder=STORED):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.text_clinic",
                                      description="Lesson 16's clinic runs (each case and its cure); writes one JSON.")
-    parser.add_argument("--case", required=True, choices=RUNS)
+    parser.add_argument("--case", required=True, choices=(*RUNS, "measurements"))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--model", default=None, help="a words model folder (default: the bundled one)")
@@ -266,10 +294,14 @@ def main(argv=None):
     import torch
 
     torch.set_num_threads(1)
-    runs = [run(args.case, seed=seed, steps=args.steps, model=args.model, progress=True) for seed in args.seeds]
     command = "python -m grpo_edu.course.experiments.text_clinic " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.case == "measurements":
+        body = {"measurements": measurements(args.model, seed=args.seeds[0])}
+    else:
+        body = {"runs": [run(args.case, seed=seed, steps=args.steps, model=args.model, progress=True)
+                         for seed in args.seeds]}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    written = write_result_file(args.json, json.dumps({"command": "OMP_NUM_THREADS=1 " + command, "runs": runs},
+    written = write_result_file(args.json, json.dumps({"command": "OMP_NUM_THREADS=1 " + command, **body},
                                                       indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {written}")
     return 0

@@ -117,14 +117,14 @@ def check_chat_tokenizer(tokenizer, *, arg="tokenizer") -> None:
         fail(f"{arg}.chat_template", "is missing, so the question would reach the model as bare text it never "
              "saw in training (it does not answer, or never stops)",
              "use the model's own tokenizer (assets/tiny-words), or set tokenizer.chat_template to its template")
-    turns = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 3+4?"}]
     try:
         prompt = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
-        whole = tokenizer.apply_chat_template(turns + [{"role": "assistant", "content": "a"}], tokenize=False)
+        whole = tokenizer.apply_chat_template(turns + [{"role": "assistant", "content": "7"}], tokenize=False)
     except Exception as error:                     # jinja2's TemplateError, or whatever the template raises
         fail(f"{arg}.chat_template", f"does not render a system and a user turn ({type(error).__name__}: {error})",
              "fix the template's Jinja syntax, or use the model's own tokenizer (assets/tiny-words)")
-    if not isinstance(prompt, str) or "u" not in prompt:
+    if not isinstance(prompt, str) or "What is 3+4?" not in prompt:
         fail(f"{arg}.chat_template", f"renders {prompt!r}, which leaves out the user's words",
              "write each message's content into the template ({{ message['content'] }})")
     if tokenizer.eos_token not in whole[len(prompt):]:

@@ -5,7 +5,8 @@ reward needs one number from it, and the way it is pulled out decides which answ
 
 * :func:`strict_answer` reads only the ``<answer>…</answer>`` tag, and only when the tag holds a bare number.
   It marks RIGHT answers WRONG whenever the form slips: a correct number written without the tag, a tag
-  holding words (``<answer>7 apples</answer>``), an answer cut before its closing tag.
+  holding words (``<answer>7 apples</answer>``), an answer cut before its closing tag. It pays, too, an answer
+  that closed its tag and then rambled to the length cap without its end token: the model never finished.
 * :func:`lenient_answer` takes the last number anywhere in the text. It marks WRONG answers RIGHT: an answer
   cut off mid-working whose last number happens to be the result (the model never answered), a number
   written after the tag (``<answer>8</answer> or 7``), the right number inside the working followed by no

@@ -30,7 +30,7 @@ PRESETS = {
     "calc": {"model": BUNDLED_CALC_MODEL, "task": "calc", "max_completion_length": 24, "batch_size": 8,
              "total_training_steps": 20, "learning_rate": 1e-3, "beta": 0.0, "eval_size": 100},
     "words": {"model": BUNDLED_WORDS_MODEL, "task": "words", "max_completion_length": 24,
-              "total_training_steps": 60, "eval_size": 200},
+              "total_training_steps": 40, "eval_size": 200},
 }
 """Named starting points (``GRPOConfig.preset(name)``, ``grpo-edu train --preset NAME``): the fields that differ
 from the defaults. ``sums``: long answers on ``assets/tiny-sums``; 42 new tokens hold the longest worked
