@@ -309,9 +309,6 @@ def main(argv=None):
     print(f"wrote {out / name} in {result['seconds']} s")
 
 
-if __name__ == "__main__":
-    main()
-
 
 def stored(kind="bon", *, beta=0.0, lr=None, folder=None):
     """The stored sweeps of ``kind`` ("bon" or "grpo" at KL penalty ``beta`` and constant learning rate ``lr``, None:
@@ -348,3 +345,7 @@ def draw(ax, points, fits=None, *, label="", color=None):
         R, _ = gao_curve(grid, fit["alpha"], fit["beta"], form)
         ax.plot(grid, points[0]["gold"] + R, ":", color=line.get_color(), lw=2 if form == "rl" else 1)
     ax.set_xlabel("d = √KL(π ‖ π_init)")
+
+
+if __name__ == "__main__":
+    main()
