@@ -24,6 +24,7 @@ checks every import in the source):
   ``model/`` — the model
     ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
+    ``chat_tokenizer``  a byte-level BPE trained on the course's text, with a ChatML chat template (lesson 16)
     ``make_model``      building the bundled tiny models
     ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
     ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
@@ -37,6 +38,7 @@ checks every import in the source):
     ``tasks``           verifiable tasks (addition, …) and prompt-file loading
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
     ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
+    ``words``           word problems in English and Chinese, answered in <think>/<answer> tags (lesson 16)
     ``task_setup``      what a task needs to run: its bundled model, its tool, a tokenizer that writes its answers
     ``rewards``         reward functions → a checked (B, G) table; building blocks and ``combine``
     ``evaluation``      held-out accuracy of a model
