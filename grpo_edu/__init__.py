@@ -27,7 +27,7 @@ checks every import in the source):
   ``model/`` — the model
     ``models``          loading the bundled model, a local folder, a run's folder or a hub name
     ``tokenizer``       the bundled models' character tokenizer
-    ``chat_tokenizer``  the words model's byte-level BPE with a ChatML chat template (lesson 16)
+    ``chat_tokenizer``  a byte-level BPE trained on the course's text, with a ChatML chat template (lesson 16)
     ``make_model``      building the bundled tiny models
     ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
     ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)

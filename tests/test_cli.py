@@ -127,7 +127,7 @@ def test_train_help_gives_each_fields_meaning_and_choices(capsys):
         if name != "output_dir":                  # train gives its own default: runs/<timestamp>/, not "None saves nothing"
             assert _squash(sentence) in text, name
     assert _squash("(default: runs/<timestamp>/ under the current folder; a resumed run: the folder it resumes)") in text
-    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3", "sums", "calc")}.items():
+    for name, choices in {**CHOICES, "task": ("addition", "subtraction", "addition3", "sums", "calc", "words")}.items():
         assert _squash(f"Choices: {', '.join(choices)}.") in text, name
     assert cli.first_sentence('Advantage scaling: "none" (Dr. GRPO). More.') == 'Advantage scaling: "none" (Dr. GRPO).'
     assert cli.first_sentence("Sets it, e.g. to 3. Then more.") == "Sets it, e.g. to 3."

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,12 @@ from grpo_edu.training.task.tasks import TASKS, PromptFileNotFoundError, get_tas
 
 
 def _solve(prompt):
-    """Independent reference: compute the answer from the prompt text."""
+    """Independent reference: compute the answer from the prompt text (a word problem: its two numbers, and its
+    verb for the operation)."""
+    if not prompt.endswith("="):
+        a, b = (int(n) for n in re.findall(r"\d+", prompt))
+        adds = any(verb in prompt for verb in ("buys", "gave", "又买了", "又给了"))
+        return str(a + b if adds else a - b)
     expression = prompt.rstrip("=")
     op = "+" if "+" in expression else "-"
     a, *rest = (int(x) for x in expression.split(op))

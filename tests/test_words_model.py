@@ -179,3 +179,21 @@ def test_the_model_command_refuses_a_chat_task_mixed_with_others():
 
     with pytest.raises(ValueError, match=r"task.*chat.*Fix:"):
         build_tiny_model("/nonexistent/out", task="words,addition")
+
+
+def test_the_command_line_trains_and_exports_the_words_task(tmp_path, monkeypatch, capsys):
+    from grpo_edu import cli
+    from grpo_edu.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    parser = cli.build_parser()
+    argv = ["train", "--task", "words"]
+    cli._apply_preset(parser, argv)
+    config = cli._config_from(parser.parse_args(argv))
+    assert (config.model, config.task, config.max_completion_length) == ("bundled-words", "words", 24)
+    assert main(["export", "trl", "--task", "words", "--dataset-out", "words.jsonl"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "words.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 10_000 and rows[0]["prompt"][0]["role"] == "system" and rows[0]["prompt"][1]["role"] == "user"
+    assert "conversational" in capsys.readouterr().err
+    assert main(["export", "trl", "--task", "words", "--dataset-out", "words.csv"]) == 2   # refused: the suffix
+    assert "--dataset-out" in capsys.readouterr().err
