@@ -280,14 +280,19 @@ def fit_both(points):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.overoptimisation",
                                      description="Lesson 17's sweeps: best-of-n and GRPO against a learned proxy.")
-    parser.add_argument("what", choices=("bon", "grpo"))
-    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("what", choices=("bon", "grpo", "report"), help="report: print the stored sweeps' tables")
+    parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--out", default=str(STORED))
     parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
     parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
     parser.add_argument("--lr", type=float, default=None,
                         help="grpo: a constant learning rate in place of GRPO_SETTINGS' (1e-4, linear decay)")
     args = parser.parse_args(argv)
+    if args.what == "report":
+        report(None if args.out == str(STORED) else args.out)
+        return
+    if args.seed is None:
+        parser.error("--seed is needed to make a sweep (bon or grpo)")
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -345,6 +350,40 @@ def draw(ax, points, fits=None, *, label="", color=None):
         R, _ = gao_curve(grid, fit["alpha"], fit["beta"], form)
         ax.plot(grid, points[0]["gold"] + R, ":", color=line.get_color(), lw=2 if form == "rl" else 1)
     ax.set_xlabel("d = √KL(π ‖ π_init)")
+
+
+def report(folder=None):
+    """The stored sweeps as the tables docs/learned-rewards.md shows: ``python -m
+    grpo_edu.course.experiments.overoptimisation report``. Returns the lines it prints."""
+    lines = ["best-of-n against each proxy (n = 1 ... 256): held-out pair accuracy, gold at n = 1, the peak, "
+             "gold at the largest n, Gao's best-of-n fit",
+             "seed  proxy          acc   gold n=1  peak (n, d)          gold end  alpha  beta  d_peak"]
+    for run in stored("bon", folder=folder):
+        for name, proxy in run["proxies"].items():
+            curve = proxy["curve"]
+            d, info = gold_peak(curve)
+            peak = curve[info["index"]]
+            acc = sum(proxy["heldout_accuracy"]) / len(proxy["heldout_accuracy"])
+            fit = proxy["fit_bon"]
+            lines.append(f"{run['seed']:>4}  {name:<13} {acc:5.2f}  {curve[0]['gold']:8.2f}  {peak['gold']:5.2f} "
+                         f"(n={peak['n']:<3}, d={d:4.2f})  {curve[-1]['gold']:8.2f}  {fit['alpha']:5.2f} "
+                         f"{fit['beta']:5.2f} {fit['d_peak']:7.2f}")
+    lines += ["", "GRPO against the 64-pair proxy: gold at the start, the peak, the end, d at the end; Gao's RL fit",
+              "seed  lr       steps  gold start  peak (d)         gold end  d end  alpha  beta  d_peak"]
+    for lr in (None, 3e-4):
+        try:
+            runs = stored("grpo", lr=lr, folder=folder)
+        except ValueError:
+            continue
+        for run in runs:
+            points = run["points"]
+            d, info = gold_peak(points)
+            fit = run["fits"]["rl"]
+            lines.append(f"{run['seed']:>4}  {run['settings']['learning_rate']:<8g} {points[-1]['step']:>5}  "
+                         f"{points[0]['gold']:10.2f}  {info['gold_peak']:5.2f} (d={d:4.2f})  {points[-1]['gold']:9.2f}"
+                         f"  {points[-1]['d']:5.2f}  {fit['alpha']:5.2f} {fit['beta']:5.2f} {fit['d_peak']:7.2f}")
+    print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":
