@@ -43,9 +43,20 @@ class RoomPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install(package, room_of):
-    """Add the finder for ``package`` once (a reload of the package adds no second one)."""
+    """Add the finder for ``package`` once (a reload of the package adds no second one), and return the package's
+    ``(__getattr__, __dir__)``: ``from PACKAGE import NAME`` finds the module in its room, imported on first use,
+    and ``dir(PACKAGE)`` lists every module of every room."""
     if not any(isinstance(finder, RoomPaths) and finder.package == package for finder in sys.meta_path):
         sys.meta_path.append(RoomPaths(package, room_of))
+    names = sys.modules[package].__dict__ if package in sys.modules else {}
+
+    def __getattr__(name):
+        return module_from_room(package, room_of, name)
+
+    def __dir__():
+        return sorted(set(names) | set(room_of))
+
+    return __getattr__, __dir__
 
 
 def module_from_room(package, room_of, name):

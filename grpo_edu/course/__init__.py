@@ -29,13 +29,5 @@ ROOM_OF = {module: room for room, modules in ROOMS.items() for module in modules
 """{module: its room}: ``viz`` lives in ``grpo_edu.course.aids.viz``."""
 
 
-def __getattr__(name):
-    """``from grpo_edu.course import viz``: the module from its room, imported on first use."""
-    return rooms.module_from_room(__name__, ROOM_OF, name)
-
-
-def __dir__():
-    return sorted(set(globals()) | set(ROOM_OF))
-
-
-rooms.install(__name__, ROOM_OF)
+# ``from grpo_edu.course import viz``: the module from its room, imported on first use
+__getattr__, __dir__ = rooms.install(__name__, ROOM_OF)

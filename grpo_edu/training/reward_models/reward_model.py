@@ -13,6 +13,7 @@ correction; the head reads the last token that is not ``<pad>``.
 import torch
 
 from grpo_edu.common import _checks
+from grpo_edu.training.rollouts.rollout import pad_right
 
 
 def make_reward_model(backbone, *, seed=0):
@@ -53,17 +54,6 @@ def text_ids(tokenizer, prompts, completions):
     """Token ids of each prompt + completion + ``<eos>`` (``<bos>`` first when the tokenizer adds one), as lists."""
     texts = [p + c for p, c in zip(prompts, completions)]
     return [ids + [tokenizer.eos_token_id] for ids in tokenizer(texts)["input_ids"]]
-
-
-def pad_right(id_lists, pad_token_id):
-    """(input_ids, attention_mask), (N, L) each, padded on the right."""
-    L = max(len(ids) for ids in id_lists)
-    input_ids = torch.full((len(id_lists), L), pad_token_id, dtype=torch.long)    # (N, L)
-    attention_mask = torch.zeros((len(id_lists), L), dtype=torch.long)            # (N, L)
-    for i, ids in enumerate(id_lists):
-        input_ids[i, :len(ids)] = torch.tensor(ids)
-        attention_mask[i, :len(ids)] = 1
-    return input_ids, attention_mask
 
 
 def score_ids(model, id_lists):

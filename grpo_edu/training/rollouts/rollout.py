@@ -325,12 +325,7 @@ def rollout_from_text(tokenizer, prompts, completions, *, device=None):
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
     answers = [ids + [eos] for ids in answer_token_ids(tokenizer, completions)]
-    T = max(len(a) for a in answers)
-    completion_ids = torch.full((len(answers), T), pad, dtype=torch.long)                # (N, T)
-    completion_mask = torch.zeros((len(answers), T), dtype=torch.long)                   # (N, T)
-    for i, ids in enumerate(answers):
-        completion_ids[i, :len(ids)] = torch.tensor(ids)
-        completion_mask[i, :len(ids)] = 1
+    completion_ids, completion_mask = pad_right(answers, pad)                            # (N, T) each
     device = device or completion_ids.device
     return Rollout(prompts=list(prompts), num_generations=1, prompt_ids=enc["input_ids"].to(device),
                    prompt_mask=enc["attention_mask"].to(device), completion_ids=completion_ids.to(device),
@@ -373,3 +368,14 @@ def concat_rollouts(first, second, *, pad_token_id):
                    completion_ids=both("completion_ids", T, pad_token_id, False),
                    completion_mask=both("completion_mask", T, 0, False), logprobs=both("logprobs", T, 0.0, False),
                    completions=first.completions + second.completions)
+
+
+def pad_right(id_lists, pad_token_id):
+    """(ids, mask), (N, L) each: lists of token ids padded on the right with ``pad_token_id``; mask 1 on real tokens."""
+    L = max(len(ids) for ids in id_lists)
+    ids = torch.full((len(id_lists), L), pad_token_id, dtype=torch.long)                # (N, L)
+    mask = torch.zeros((len(id_lists), L), dtype=torch.long)                            # (N, L)
+    for i, row in enumerate(id_lists):
+        ids[i, :len(row)] = torch.tensor(row)
+        mask[i, :len(row)] = 1
+    return ids, mask
