@@ -75,6 +75,7 @@ checks every import in the source):
 
 ``beyond/`` — the way beyond the course: reading runs, TRL, verl, GPUs (lessons 09–10)
     ``run_log``         a run's logged metrics (ours or TRL's) read and checked, in our names
+    ``symptom_log``     what the rules read and write: a run's start and end windows, a finding, its evidence and fixes
     ``symptoms``        the rules: one symptom each, with its threshold
     ``diagnose``        findings from a run's metrics: symptom, evidence, causes, fixes
     ``export``          a config carried to TRL (GRPOConfig kwargs) and verl (overrides), traps named

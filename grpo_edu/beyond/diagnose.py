@@ -20,7 +20,8 @@ logged loss is β times the KL, which the KL rule reads.
 import math
 
 from grpo_edu.beyond.run_log import checked_config, checked_evals, load_run
-from grpo_edu.beyond.symptoms import RULES, Log
+from grpo_edu.beyond.symptom_log import Log
+from grpo_edu.beyond.symptoms import RULES
 
 
 def _prepare(history, evals, config):
