@@ -106,3 +106,76 @@ def test_two_processes_equal_the_lagged_run_and_a_killed_sampler_leaves_a_checkp
     assert len(rest) == 3
     for a, b in zip(one, rest):
         assert [a[k] for k in KEYS] == pytest.approx([b[k] for k in KEYS], abs=1e-6)
+
+
+_KILLED_TRAINER = """
+import json, sys, time
+import torch
+from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+from grpo_edu.training.trainers.config import GRPOConfig
+torch.set_num_threads(1)
+def stall(metrics):                       # step 3 trained, step 2 checkpointed: say the sampler's pid, then hang
+    if metrics["step"] == 3:
+        print(trainer.process.pid, flush=True)
+        time.sleep(600)
+trainer = TwoProcessGRPOTrainer(GRPOConfig(**json.loads(sys.argv[1])), wait_s=120, callbacks=[stall])
+trainer.train(progress=False)
+"""
+
+
+def _gone(pid):
+    """The process ``pid`` has ended (or is a zombie nobody reaps, as in a container without an init)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the sampler's state in /proc")
+def test_a_killed_trainer_stops_its_sampler_and_its_checkpoint_resumes_the_same_run(tmp_path):
+    """SIGKILL the trainer process mid-run (no clean-up runs): its sampler notices and exits instead of drawing on
+    for ever, and the last periodic checkpoint resumes the run to the batches an uninterrupted run trains on."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+
+    torch.set_num_threads(1)
+    settings = {**FAST, "policy_lag": 1, "checkpoint_every": 1, "output_dir": str(tmp_path / "run")}
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_TRAINER, json.dumps(settings)], stdout=subprocess.PIPE,
+                             text=True)
+    sampler_pid = int(child.stdout.readline())
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not _gone(sampler_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(sampler_pid), "the sampler outlived its trainer"
+    rest = TwoProcessGRPOTrainer(GRPOConfig(**settings), wait_s=120)
+    with pytest.warns(UserWarning, match="took over the stale lock .* which is no longer running"):
+        history = rest.train(resume_from=str(tmp_path / "run"), progress=False)
+    assert rest.step_count == FAST["total_training_steps"] and len(history) == FAST["total_training_steps"]
+    one = AsyncGRPOTrainer(GRPOConfig(**{**FAST, "policy_lag": 1})).train(progress=False)
+    for a, b in zip(one, history):
+        assert [a[k] for k in KEYS] == pytest.approx([b[k] for k in KEYS], abs=1e-6)
+
+
+def test_a_free_running_sampler_keeps_every_batch_within_max_staleness(tmp_path):
+    """Free-running, the sampler draws with the newest weights it has and waits only when that version is staler
+    than max_staleness: the lag comes from the speeds, each batch's tag says which version drew it."""
+    from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+
+    torch.set_num_threads(1)
+    with pytest.raises(ValueError, match="^max_staleness: is None, and a free-running sampler needs a bound"):
+        TwoProcessGRPOTrainer(GRPOConfig(**FAST), free_running=True)
+    trainer = TwoProcessGRPOTrainer(GRPOConfig(**{**FAST, "total_training_steps": 6, "max_staleness": 1}),
+                                    wait_s=120, free_running=True)
+    history = trainer.train(progress=False)
+    versions = [m["policy_version"] for m in history]
+    assert len(history) == 6 and versions == sorted(versions)             # the sampler never goes back in time
+    assert all(m["staleness"] == m["step"] - 1 - m["policy_version"] for m in history)
+    assert max(m["staleness"] for m in history) <= 1 and all(m["dropped_batches"] == 0 for m in history)
+    assert [row["policy_version"] for row in trainer.timeline] == versions

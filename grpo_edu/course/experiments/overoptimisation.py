@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -155,8 +156,9 @@ def pick_counts(picks, judge):
     return counts
 
 
-def bon_sweep(seed, save=lambda result: None):
-    """Seed ``seed``'s best-of-n sweep: every proxy of :data:`PROXIES`, their held-out accuracy, curves and fits."""
+def bon_sweep(seed, save=lambda result: None, *, proxies=None, result=None):
+    """Seed ``seed``'s best-of-n sweep: each proxy of :data:`PROXIES` (``proxies``: only these names), their held-out
+    accuracy, curves and fits. ``result``: a stored sweep of the same seed the new proxies are added to."""
     from grpo_edu.core.overoptimisation import fit_gao
     from grpo_edu.training.reward_models.gold import SumsGoldJudge
     from grpo_edu.training.reward_models.reward_function import RewardModelReward
@@ -167,9 +169,11 @@ def bon_sweep(seed, save=lambda result: None):
     rows = get_task("sums").split("heldout")[EVAL_ROWS + seed * POOL_ROWS:EVAL_ROWS + (seed + 1) * POOL_ROWS]
     pool = sample_pool(policy, rows, seed=seed)
     judge = SumsGoldJudge()
-    result = {"seed": seed, "train_pairs": len(train), "heldout_pairs": len(heldout), "pool_prompts": len(pool),
-              "proxies": {}}
+    result = result or {"seed": seed, "train_pairs": len(train), "heldout_pairs": len(heldout),
+                        "pool_prompts": len(pool), "proxies": {}}
     for name, settings in PROXIES.items():
+        if proxies is not None and name not in proxies:
+            continue
         if settings["num_pairs"] > len(train):
             train = train + preference_sets(seed, policy, more=3)[0]
             result["train_pairs"] = len(train)
@@ -285,6 +289,9 @@ def main(argv=None):
     parser.add_argument("--out", default=str(STORED))
     parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
     parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
+    parser.add_argument("--proxies", default=None,
+                        help=f"bon: only these proxies (comma-separated, of {', '.join(PROXIES)}), added to the "
+                             "seed's stored sweep")
     parser.add_argument("--lr", type=float, default=None,
                         help="grpo: a constant learning rate in place of GRPO_SETTINGS' (1e-4, linear decay)")
     args = parser.parse_args(argv)
@@ -303,10 +310,20 @@ def main(argv=None):
 
     def save(result):                     # after each proxy / each measurement: a stopped sweep keeps what it did
         result["command"], result["seconds"] = command, round(time.time() - t0)
+        result["kernels"] = os.environ.get("ATEN_CPU_CAPABILITY", "native")
         (out / name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
     if args.what == "bon":
-        result = bon_sweep(args.seed, save=save)
+        names, existing = None, None
+        if args.proxies:
+            names = [n.strip() for n in args.proxies.split(",")]
+            for n in names:
+                choice("--proxies", n, tuple(PROXIES))
+            if (out / name).exists():
+                existing = json.loads((out / name).read_text(encoding="utf-8"))
+                command = existing.get("command", command) + " && " + command
+                t0 -= existing.get("seconds", 0)
+        result = bon_sweep(args.seed, save=save, proxies=names, result=existing)
     else:
         result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, learning_rate=args.lr, save=save)
     result["complete"] = True

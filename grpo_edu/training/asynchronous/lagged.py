@@ -58,12 +58,13 @@ class AsyncGRPOTrainer(GRPOTrainer):
         self._draw_tags = tags
         return rollout
 
-    def draw(self, step, prompts, weights=None):
+    def draw(self, step, prompts, weights=None, plan=None):
         """Batch ``step``'s answers as the sampler draws them: ``(rollout, tags)``. ``weights``: version → state
-        dict (default: this trainer's board). Drops and redraws a batch staler than ``max_staleness``."""
+        dict (default: this trainer's board). Drops and redraws a batch staler than ``max_staleness``. ``plan``: the
+        versions to draw with (the last one kept) in place of the lag's (a free-running sampler names its own)."""
         c = self.config
         weights = weights or self.board.load
-        plan = draw_plan(step, c.policy_lag, c.max_staleness)
+        plan = plan or draw_plan(step, c.policy_lag, c.max_staleness)
         for attempt, version in enumerate(plan):
             self.sampler_model.load_state_dict(weights(version))
             generator = torch.Generator(device=self.device).manual_seed(draw_seed(c.seed, step, attempt))

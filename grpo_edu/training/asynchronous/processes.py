@@ -12,6 +12,11 @@ random numbers, so the two runs are equal at the same lag; what changes is that 
 batch t + 1 while the trainer trains on batch t. At k = 0 the two take turns (no overlap, the cost of two
 processes only).
 
+``free_running=True`` lets the sampler run as fast as it can instead of at a fixed lag, as TRL's and verl's
+asynchronous trainers do: it draws batch t with the newest version published, waiting only while that version is
+staler than ``max_staleness`` (t − 1 − v > max_staleness, TRL's bound; the setting is required). The lag then comes
+from the two sides' speeds, so each batch's tag says which version drew it; such a run is not reproducible.
+
 Either side waits with a timeout (``wait_s``) and checks that the other is alive: a sampler that dies ends the
 run with :class:`SamplerDied`, after a checkpoint of the steps done (``output_dir``), and ``train(resume_from=…)``
 continues it exactly; a trainer that dies makes the sampler exit (its last periodic checkpoint resumes).
@@ -44,9 +49,10 @@ def _batch_path(folder, step):
     return Path(folder) / "batches" / f"step-{step:06d}.safetensors"
 
 
-def sampler_main(config_json, folder, first_step, last_step, trainer_pid, wait_s):
+def sampler_main(config_json, folder, first_step, last_step, trainer_pid, wait_s, free_running=False):
     """The sampler process: draw the batches of steps ``first_step`` … ``last_step`` into ``folder``, each with
-    the published version the lag asks for. Exits when the trainer process ``trainer_pid`` is gone."""
+    the published version the lag asks for (``free_running``: the newest one within ``max_staleness``). Exits when
+    the trainer process ``trainer_pid`` is gone."""
     torch.set_num_threads(1)                                      # one core each
     config = GRPOConfig.from_dict({**json.loads(config_json), "output_dir": None, "checkpoint_every": 0,
                                    "eval_size": 0})
@@ -54,22 +60,38 @@ def sampler_main(config_json, folder, first_step, last_step, trainer_pid, wait_s
     board = WeightBoard(folder)
     (Path(folder) / "batches").mkdir(exist_ok=True)
 
-    def published(version):
+    def trainer_alive():
+        if os.getppid() != trainer_pid:
+            print(f"sampler: the trainer process {trainer_pid} ended; the sampler stops too", file=sys.stderr)
+            sys.exit(3)
+
+    def wait(found, what):
         deadline = time.monotonic() + wait_s
-        while not board.has(version):
-            if os.getppid() != trainer_pid:
-                print(f"sampler: the trainer process {trainer_pid} ended; the sampler stops too", file=sys.stderr)
-                sys.exit(3)
+        while (result := found()) is None:
+            trainer_alive()
             if time.monotonic() > deadline:
-                print(f"sampler: no weights of version {version} within wait_s = {wait_s} s; stopping", file=sys.stderr)
+                print(f"sampler: no weights of {what} within wait_s = {wait_s} s; stopping", file=sys.stderr)
                 sys.exit(4)
             time.sleep(POLL_S)
-        return board.load(version)
+        return result
+
+    def published(version):
+        return wait(lambda: board.load(version) if board.has(version) else None, f"version {version}")
+
+    def newest(oldest):                     # free-running: the newest version, once it is at least ``oldest``
+        def found():
+            versions = board.versions()
+            return versions[-1] if versions and versions[-1] >= oldest else None
+        return wait(found, f"version {oldest} or newer")
 
     for step in range(first_step, last_step + 1):
+        trainer_alive()
         prompts = [row["prompt"] for row in sampler.batch_for(step)]
         started = time.time()
-        rollout, tags = sampler.draw(step, prompts, weights=published)
+        plan = None
+        if free_running:                    # staleness t − 1 − v may not pass max_staleness: v ≥ t − 1 − S
+            plan = [newest(max(0, step - 1 - config.max_staleness))]
+        rollout, tags = sampler.draw(step, prompts, weights=published, plan=plan)
         save_batch(_batch_path(folder, step), rollout, {**tags, "draw_started": started, "draw_ended": time.time()})
 
 
@@ -81,13 +103,17 @@ class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
     ``config.model``: the sampler process loads it there, so a ``model=`` object cannot be passed.
     """
 
-    def __init__(self, config=None, *, wait_s=300.0, **kwargs):
+    def __init__(self, config=None, *, wait_s=300.0, free_running=False, **kwargs):
         if kwargs.get("model") is not None or kwargs.get("train_rows") is not None:
             _checks.fail("model" if kwargs.get("model") is not None else "train_rows", "cannot reach the sampler "
                          "process, which builds its own copy from the config", "name the model and prompts in the "
                          "config (model=…, task=… or dataset=…), or use AsyncGRPOTrainer in one process")
         _checks.positive_float("wait_s", wait_s, fix="pass a timeout in seconds, e.g. 300 (TRL's heartbeat)")
         super().__init__(config, **kwargs)
+        if free_running and self.config.max_staleness is None:
+            _checks.fail("max_staleness", "is None, and a free-running sampler needs a bound on how far ahead it may "
+                         "draw", "set max_staleness (TRL's default is 4), or free_running=False for a fixed lag")
+        self.free_running = free_running
         self.wait_s = wait_s
         self.process = None
         self.exchange = None
@@ -105,9 +131,14 @@ class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
         process = context.Process(
             target=sampler_main, daemon=True,
             args=(json.dumps(self.config.to_dict()), str(self.exchange), self.step_count + 1,
-                  self.schedule.total_steps, os.getpid(), self.wait_s))
+                  self.schedule.total_steps, os.getpid(), self.wait_s, self.free_running))
         process.start()
         self.process = process
+
+    def _oldest_needed(self):
+        if self.free_running:                # batch t + 1 may be drawn by version t − max_staleness at the oldest
+            return max(0, self.step_count - self.config.max_staleness)
+        return super()._oldest_needed()
 
     def _write_version(self, board, version):
         self.sampler_model.load_state_dict(self.board.load(version))
