@@ -9,6 +9,9 @@ part            what it measures
 ``mismatch``    no staleness, only a sampler that is not the trainer: bfloat16 vs float32, and top-k renormalised
                 (the kept mass S becomes every token's ratio: TRL issue #6789); no training, one batch
 ``wallclock``   the same run synchronous (one process) and with the sampler in a second process, lag 1, timed
+``timing``      each lag's run timed as it would run: k = 0 in one process, k ≥ 1 with the sampler in a second;
+                when each step ended, start-up included (:func:`accuracy_at_seconds` reads the sweep with it);
+                and a free-running sampler (``max_staleness`` 4, TRL's default): the staleness it settles at
 ==============  ===================================================================================================
 
 Every training run: :data:`COMMON` on the ``sums`` preset, seeds 0–2. Stored in ``assets/async-runs/`` with the
@@ -31,11 +34,14 @@ import torch
 from grpo_edu.common._checks import fail, write_result_file
 from grpo_edu.training.model.models import ASSETS
 
-COMMON = dict(batch_size=4, num_generations=8, total_training_steps=16, beta=0.0, learning_rate=3e-4,
-              eval_size=64, eval_every=0, lr_scheduler_type="constant")
-"""The settings of every run (on ``GRPOConfig.preset("sums")``): 32 answers a step, 512 in a run."""
+COMMON = dict(batch_size=8, num_generations=8, total_training_steps=40, beta=0.0, learning_rate=3e-4,
+              eval_size=128, eval_every=5, lr_scheduler_type="constant")
+"""The settings of every run (on ``GRPOConfig.preset("sums")``): 64 answers a step, 2,560 in a run, held-out
+accuracy on 128 prompts every 5 steps."""
 LAGS = (0, 1, 2, 4, 8)
 LADDER_LAG = 4
+FREE_MAX_STALENESS = 4
+"""The free-running sampler's bound in ``timing``: TRL's default ``max_staleness``."""
 CORRECTIONS = ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask")
 TOP_KS = (2, 3, 5)
 STORE = ASSETS / "async-runs"
@@ -57,6 +63,7 @@ def train_run(seed, lag, correction="behaviour_clip", **overrides):
     trainer = AsyncGRPOTrainer(_config(seed, policy_lag=lag, off_policy_correction=correction, **overrides))
     history = trainer.train(progress=False)
     return {"seed": seed, "lag": lag, "correction": correction, "evals": trainer.evals,
+            "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "native"),
             "history": [{k: m.get(k) for k in KEEP} for m in history]}
 
 
@@ -154,6 +161,59 @@ def wallclock(seed=0, steps=12):
     return rows
 
 
+def timing(seed=0, steps=None):
+    """Seconds from the start to the end of each step, for every lag of :data:`LAGS`: k = 0 synchronous in one
+    process, k ≥ 1 with the sampler in a second process (the same batches as the sweep's one-process runs)."""
+    from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
+    from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+
+    out = {}
+    for lag in LAGS:
+        cls = TwoProcessGRPOTrainer if lag else AsyncGRPOTrainer
+        overrides = {"policy_lag": lag, "eval_size": 0, **({"total_training_steps": steps} if steps else {})}
+        ends = []
+        trainer = cls(_config(seed, **overrides), callbacks=[lambda m: ends.append(time.perf_counter())])
+        start = time.perf_counter()
+        trainer.train(progress=False)
+        out[str(lag)] = {"seconds_at_step": [e - start for e in ends],
+                         "reward_mean": [m["reward_mean"] for m in trainer.history]}
+        print(f"lag {lag}: {len(ends)} steps in {ends[-1] - start:.1f} s", flush=True)
+    ends = []                                   # and free-running, as TRL's trainer runs: staleness up to 4
+    trainer = TwoProcessGRPOTrainer(_config(seed, max_staleness=FREE_MAX_STALENESS, eval_size=0,
+                                            **({"total_training_steps": steps} if steps else {})),
+                                    free_running=True, callbacks=[lambda m: ends.append(time.perf_counter())])
+    start = time.perf_counter()
+    trainer.train(progress=False)
+    out["free"] = {"seconds_at_step": [e - start for e in ends], "max_staleness": FREE_MAX_STALENESS,
+                   "staleness": [m["staleness"] for m in trainer.history],
+                   "reward_mean": [m["reward_mean"] for m in trainer.history]}
+    print(f"free-running: {len(ends)} steps in {ends[-1] - start:.1f} s", flush=True)
+    return out
+
+
+def accuracy_at_seconds(runs, seconds_at_step, budget):
+    """Held-out accuracy after ``budget`` seconds for one lag: the runs' evaluations (``runs``, one per seed, every
+    few steps) read at the step the timed run had reached by then (``seconds_at_step``, seconds from the start to
+    each step's end), linearly between the two evaluations around it. Returns ``(accuracy, info)``: the mean over the
+    seeds; info ``steps`` (steps done, fractional), ``each`` (per seed)."""
+    times = [0.0] + list(seconds_at_step)
+    if budget >= times[-1]:
+        steps = float(len(seconds_at_step))
+    else:
+        k = max(i for i, t in enumerate(times) if t <= budget)
+        steps = k + (budget - times[k]) / (times[k + 1] - times[k])
+
+    def at(evals):
+        points = [(e["step"], e["accuracy"]) for e in evals]
+        for (s0, a0), (s1, a1) in zip(points, points[1:]):
+            if s0 <= steps <= s1:
+                return a0 + (a1 - a0) * (steps - s0) / (s1 - s0)
+        return points[-1][1]
+
+    each = [at(r["evals"]) for r in sorted(runs, key=lambda r: r["seed"])]
+    return sum(each) / len(each), {"steps": steps, "each": each}
+
+
 def summary(runs, by="lag"):
     """One row per ``by`` value (lag or correction), means over the seeds: held-out accuracy before and after,
     and over the steps after the first k (where the lag is in force) the log-ratio spread σ(log π_θ/μ), the clip
@@ -203,42 +263,44 @@ def plot_timeline(timeline, ax=None):
     return ax
 
 
-def plot_sweep(runs, seconds_per_step=None, axes=None):
-    """Training reward against answers sampled (and against seconds, given ``{lag: seconds per step}``), the mean
-    over seeds for each lag."""
+def plot_sweep(runs, seconds_at_step=None, axes=None):
+    """Held-out accuracy (mean over seeds) for each lag against answers sampled, and against seconds given
+    ``{lag: seconds from the start to each step's end}`` (the ``timing`` part)."""
     import matplotlib.pyplot as plt
 
-    axes = axes or plt.subplots(1, 2 if seconds_per_step else 1, figsize=(10, 3.2), squeeze=False)[1][0]
-    lags = sorted({r["lag"] for r in runs})
-    for lag in lags:
+    axes = axes if axes is not None else plt.subplots(1, 2 if seconds_at_step else 1, figsize=(10, 3.2),
+                                                      squeeze=False)[1][0]
+    for lag in sorted({r["lag"] for r in runs}):
         group = [r for r in runs if r["lag"] == lag]
-        steps = len(group[0]["history"])
-        reward = [sum(r["history"][i]["reward_mean"] for r in group) / len(group) for i in range(steps)]
-        samples = [group[0]["history"][i]["samples_drawn"] for i in range(steps)]
-        axes[0].plot(samples, reward, label=f"k = {lag}")
-        if seconds_per_step:
-            axes[1].plot([(i + 1) * seconds_per_step[lag] for i in range(steps)], reward, label=f"k = {lag}")
+        steps = [e["step"] for e in group[0]["evals"]]
+        accuracy = [sum(r["evals"][i]["accuracy"] for r in group) / len(group) for i in range(len(steps))]
+        per_step = group[0]["history"][0]["samples_drawn"]
+        axes[0].plot([s * per_step for s in steps], accuracy, "o-", ms=3, label=f"k = {lag}")
+        if seconds_at_step:
+            times = [0.0] + list(seconds_at_step[lag])
+            axes[1].plot([times[s] for s in steps], accuracy, "o-", ms=3, label=f"k = {lag}")
     axes[0].set_xlabel("answers sampled")
-    axes[0].set_ylabel("training reward (mean of seeds)")
+    axes[0].set_ylabel("held-out accuracy (mean of seeds)")
     axes[0].legend(fontsize=7)
-    if seconds_per_step:
-        axes[1].set_xlabel("seconds (from the measured step times)")
+    if seconds_at_step:
+        axes[1].set_xlabel("seconds (each lag's timed run, start-up included)")
     return axes
 
 
-def stored(part):
+def stored(part, folder=STORE):
     """The stored runs of ``part``: sweep and ladder, the list of runs in ``assets/async-runs/<part>/`` (one file a
-    run); mismatch and wallclock, the ``result`` of ``assets/async-runs/<part>.json``."""
-    folder = STORE / part
-    if folder.is_dir():
-        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
-    return json.loads((STORE / f"{part}.json").read_text(encoding="utf-8"))["result"]
+    run); mismatch, wallclock and timing, the ``result`` of ``assets/async-runs/<part>.json``. ``folder``:
+    ``STORE / "portable"`` holds the sweep and the ladder again on the portable kernels."""
+    folder = Path(folder)
+    if (folder / part).is_dir():
+        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / part).glob("*.json"))]
+    return json.loads((folder / f"{part}.json").read_text(encoding="utf-8"))["result"]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.asynchronous",
                                      description="Lesson 18's runs; writes assets/async-runs/<part>.json")
-    parser.add_argument("part", choices=("sweep", "ladder", "mismatch", "wallclock"))
+    parser.add_argument("part", choices=("sweep", "ladder", "mismatch", "wallclock", "timing"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=None, help="the folder to write into (default assets/async-runs)")
     parser.add_argument("--overwrite", action="store_true")
@@ -249,11 +311,14 @@ def main(argv=None):
     start = time.perf_counter()
     folder = Path(args.out) if args.out else STORE
     result = {"sweep": lambda: sweep(args.seeds, folder), "ladder": lambda: ladder(args.seeds, folder),
-              "mismatch": lambda: mismatch(args.seeds), "wallclock": lambda: wallclock(args.seeds[0])}[args.part]()
-    command = "OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.asynchronous " + " ".join(argv or sys.argv[1:])
+              "mismatch": lambda: mismatch(args.seeds), "wallclock": lambda: wallclock(args.seeds[0]),
+              "timing": lambda: timing(args.seeds[0])}[args.part]()
+    kernels = os.environ.get("ATEN_CPU_CAPABILITY")
+    command = ("" if kernels is None else f"ATEN_CPU_CAPABILITY={kernels} ") + "OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.asynchronous " + " ".join(argv or sys.argv[1:])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"command": command, "settings": COMMON, "cores": os.cpu_count(), "load_average": load,
+                       "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "native"),
                        "seconds": time.perf_counter() - start, "result": result}, indent=1)
     print(write_result_file(folder / f"{args.part}.json", text, overwrite=args.overwrite))
 

@@ -355,6 +355,33 @@ def gold_peak(points, *, fall=0.05):
                             "rises": rises, "falls": falls, "interior": rises and falls}
 
 
+D_BANDS = (0.0, 0.5, 1.0, 2.0, 4.0)
+"""Bands of d = √KL(π‖π_init) a frontier is read in: GRPO runs with different β compared at the same KL."""
+
+
+def frontier(runs, bands=D_BANDS):
+    """The gold-against-d frontier of several runs (e.g. one β, all seeds): the mean gold of every measured point
+    with d in each band [bands[i], bands[i+1]) (None where no point falls). Returns ``(golds, info)``; info
+    ``counts`` (points per band), ``d_end`` (the mean d where the runs end)."""
+    points = [p for run in runs for p in run["points"]]
+    golds, counts = [], []
+    for lo, hi in zip(bands, bands[1:]):
+        inside = [p["gold"] for p in points if lo <= p["d"] < hi]
+        golds.append(sum(inside) / len(inside) if inside else None)
+        counts.append(len(inside))
+    return golds, {"counts": counts, "d_end": sum(run["points"][-1]["d"] for run in runs) / len(runs)}
+
+
+def grpo_settings(folder=None):
+    """The (β, constant lr or None) of every stored GRPO sweep in ``folder``, in order."""
+    import re
+    found = set()
+    for path in Path(folder or STORED).glob("grpo-beta*-seed*.json"):
+        m = re.fullmatch(r"grpo-beta([0-9.e-]+)(?:-lr([0-9.e-]+))?-seed\d+\.json", path.name)
+        found.add((float(m.group(1)), float(m.group(2)) if m.group(2) else None))
+    return sorted(found, key=lambda s: (s[1] or 0, s[0]))
+
+
 def draw(ax, points, fits=None, *, label="", color=None):
     """Gold (solid) and proxy (dashed) against d on ``ax``; each fitted Gao form of ``fits`` drawn dotted."""
     import numpy as np
@@ -369,36 +396,51 @@ def draw(ax, points, fits=None, *, label="", color=None):
     ax.set_xlabel("d = √KL(π ‖ π_init)")
 
 
+PROXY_NAMES = {"small": "64 pairs", "large": "256 pairs", "centred": "centred (0.1)",
+               "ensemble_mean": "ensemble of 3, mean", "ensemble_min": "ensemble of 3, min"}
+
+
+def _num(x):
+    return f"{x:.2f}".replace("-", "−")
+
+
 def report(folder=None):
-    """The stored sweeps as the tables docs/learned-rewards.md shows: ``python -m
-    grpo_edu.course.experiments.overoptimisation report``. Returns the lines it prints."""
-    lines = ["best-of-n against each proxy (n = 1 ... 256): held-out pair accuracy, gold at n = 1, the peak, "
-             "gold at the largest n, Gao's best-of-n fit",
-             "seed  proxy          acc   gold n=1  peak (n, d)          gold end  alpha  beta  d_peak"]
-    for run in stored("bon", folder=folder):
-        for name, proxy in run["proxies"].items():
-            curve = proxy["curve"]
+    """The stored sweeps as the markdown tables of docs/learned-rewards.md: ``python -m
+    grpo_edu.course.experiments.overoptimisation report [--out FOLDER]``. Returns the lines it prints."""
+    lines = ["Best-of-n against each proxy (n = 1 … 256):", "",
+             "| seed | proxy | held-out pair accuracy | gold at n = 1 | gold peak (n, d) | gold at n = 256 | α | β "
+             "| fitted d_peak |", "|---|---|---|---|---|---|---|---|---|"]
+    bon = stored("bon", folder=folder)
+    for name, label in PROXY_NAMES.items():
+        for run in bon:
+            proxy = run["proxies"].get(name)
+            if proxy is None:
+                continue
+            curve, fit = proxy["curve"], proxy["fit_bon"]
             d, info = gold_peak(curve)
-            peak = curve[info["index"]]
             acc = sum(proxy["heldout_accuracy"]) / len(proxy["heldout_accuracy"])
-            fit = proxy["fit_bon"]
-            lines.append(f"{run['seed']:>4}  {name:<13} {acc:5.2f}  {curve[0]['gold']:8.2f}  {peak['gold']:5.2f} "
-                         f"(n={peak['n']:<3}, d={d:4.2f})  {curve[-1]['gold']:8.2f}  {fit['alpha']:5.2f} "
-                         f"{fit['beta']:5.2f} {fit['d_peak']:7.2f}")
-    lines += ["", "GRPO against the 64-pair proxy: gold at the start, the peak, the end, d at the end; Gao's RL fit",
-              "seed  lr       steps  gold start  peak (d)         gold end  d end  alpha  beta  d_peak"]
-    for lr in (None, 3e-4):
-        try:
-            runs = stored("grpo", lr=lr, folder=folder)
-        except ValueError:
-            continue
-        for run in runs:
-            points = run["points"]
+            lines.append(f"| {run['seed']} | {label} | {acc:.2f} | {_num(curve[0]['gold'])} | "
+                         f"{_num(info['gold_peak'])} ({curve[info['index']]['n']}, {d:.2f}) | {_num(curve[-1]['gold'])} "
+                         f"| {fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} |")
+    lines += ["", "GRPO against the 64-pair proxy, Gao's RL form fitted to each run:", "",
+              "| seed | β | learning rate | steps | gold at start | gold peak (d) | gold at end | d at end | RL fit α "
+              "| β | d_peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for beta, lr in grpo_settings(folder):
+        for run in stored("grpo", beta=beta, lr=lr, folder=folder):
+            points, fit = run["points"], run["fits"]["rl"]
             d, info = gold_peak(points)
-            fit = run["fits"]["rl"]
-            lines.append(f"{run['seed']:>4}  {run['settings']['learning_rate']:<8g} {points[-1]['step']:>5}  "
-                         f"{points[0]['gold']:10.2f}  {info['gold_peak']:5.2f} (d={d:4.2f})  {points[-1]['gold']:9.2f}"
-                         f"  {points[-1]['d']:5.2f}  {fit['alpha']:5.2f} {fit['beta']:5.2f} {fit['d_peak']:7.2f}")
+            rate = "1e-4, linear decay" if lr is None else f"{lr:g}, constant"
+            lines.append(f"| {run['seed']} | {beta:g} | {rate} | {points[-1]['step']} | {_num(points[0]['gold'])} | "
+                         f"{_num(info['gold_peak'])} ({d:.2f}) | {_num(points[-1]['gold'])} | {points[-1]['d']:.2f} | "
+                         f"{fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} |")
+    lines += ["", "GRPO at the constant 3e-4: the mean gold of all seeds' points in each band of d, and where the runs "
+              "end:", "", "| β | " + " | ".join(f"{lo:g} ≤ d < {hi:g}" for lo, hi in zip(D_BANDS, D_BANDS[1:]))
+              + " | d at end (mean of seeds) |", "|---" * (len(D_BANDS) + 1) + "|"]
+    for beta, lr in grpo_settings(folder):
+        if lr == 3e-4:
+            golds, info = frontier(stored("grpo", beta=beta, lr=lr, folder=folder))
+            lines.append(f"| {beta:g} | " + " | ".join("—" if g is None else _num(g) for g in golds)
+                         + f" | {info['d_end']:.2f} |")
     print("\n".join(lines))
     return lines
 

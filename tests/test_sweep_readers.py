@@ -1,0 +1,60 @@
+"""The readers lessons 17 and 18 apply to their stored sweeps, on hand-made runs: bands of d, the stored GRPO
+settings, accuracy after a wall-clock budget."""
+
+import json
+
+import pytest
+
+from grpo_edu.course.experiments import asynchronous, overoptimisation
+
+
+def test_frontier_averages_each_band_of_d_over_runs():
+    runs = [{"points": [{"d": 0.0, "gold": 0.5}, {"d": 0.7, "gold": 0.9}, {"d": 2.5, "gold": 0.1}]},
+            {"points": [{"d": 0.2, "gold": 0.3}, {"d": 0.6, "gold": 0.7}]}]
+    golds, info = overoptimisation.frontier(runs, bands=(0.0, 0.5, 1.0, 2.0, 4.0))
+    assert golds == pytest.approx([0.4, 0.8, None, 0.1]) and info["counts"] == [2, 2, 0, 1]
+    assert info["d_end"] == pytest.approx((2.5 + 0.6) / 2)
+
+
+def test_grpo_settings_reads_beta_and_learning_rate_from_the_file_names(tmp_path):
+    for name in ("grpo-beta0-seed1.json", "grpo-beta0.04-lr0.0003-seed0.json", "grpo-beta0-lr0.0003-seed2.json",
+                 "bon-seed0.json"):
+        (tmp_path / name).write_text("{}")
+    assert overoptimisation.grpo_settings(tmp_path) == [(0.0, None), (0.0, 3e-4), (0.04, 3e-4)]
+
+
+def test_gold_peak_by_hand():
+    points = [{"d": 0, "gold": 0.5}, {"d": 1, "gold": 0.9}, {"d": 2, "gold": 0.2}]
+    d, info = overoptimisation.gold_peak(points)
+    assert d == 1 and info["interior"] and info["gold_end"] == 0.2
+    d, info = overoptimisation.gold_peak(points[:2])
+    assert d == 1 and info["rises"] and not info["falls"]
+
+
+def test_accuracy_at_seconds_reads_between_evaluations():
+    evals = [{"step": 0, "accuracy": 0.4}, {"step": 5, "accuracy": 0.5}, {"step": 10, "accuracy": 0.7}]
+    runs = [{"seed": 0, "evals": evals}, {"seed": 1, "evals": [dict(e, accuracy=e["accuracy"] + 0.1) for e in evals]}]
+    one_second_a_step = [float(s) for s in range(1, 11)]
+    acc, info = asynchronous.accuracy_at_seconds(runs, one_second_a_step, 7.5)
+    assert info["steps"] == pytest.approx(7.5) and info["each"] == pytest.approx([0.6, 0.7])
+    assert acc == pytest.approx(0.65)
+    acc, info = asynchronous.accuracy_at_seconds(runs, one_second_a_step, 99.0)     # past the run's end: its last
+    assert info["steps"] == 10 and acc == pytest.approx(0.75)
+    slow_start = [4.0 + s for s in range(10)]                                       # 4 s to start, then 1 s a step
+    _, info = asynchronous.accuracy_at_seconds(runs, slow_start, 2.0)
+    assert info["steps"] == pytest.approx(0.5)
+
+
+def test_report_prints_every_stored_sweep_as_markdown(tmp_path, capsys):
+    curve = [{"n": n, "d": d, "gold": g, "proxy": p} for n, d, g, p in ((1, 0, 0.5, 0.1), (4, 0.8, 0.9, 0.5),
+                                                                       (16, 1.4, 0.2, 0.9))]
+    bon = {"seed": 0, "proxies": {"small": {"heldout_accuracy": [0.7], "curve": curve,
+                                            "fit_bon": {"alpha": 1.0, "beta": 0.5, "d_peak": 1.0}}}}
+    (tmp_path / "bon-seed0.json").write_text(json.dumps(bon))
+    points = [{"step": 0, "d": 0.0, "gold": 0.5}, {"step": 2, "d": 0.6, "gold": 0.8}, {"step": 4, "d": 2.2, "gold": 0.1}]
+    grpo = {"seed": 0, "points": points, "fits": {"rl": {"alpha": 0.1, "beta": 0.2, "d_peak": 0.5}}}
+    (tmp_path / "grpo-beta0.1-lr0.0003-seed0.json").write_text(json.dumps(grpo))
+    lines = overoptimisation.report(tmp_path)
+    assert "| 0 | 64 pairs | 0.70 | 0.50 | 0.90 (4, 0.80) | 0.20 | 1.00 | 0.50 | 1.00 |" in lines
+    assert "| 0 | 0.1 | 0.0003, constant | 4 | 0.50 | 0.80 (0.60) | 0.10 | 2.20 | 0.10 | 0.20 | 0.50 |" in lines
+    assert "| 0.1 | 0.50 | 0.80 | — | 0.10 | 2.20 |" in lines
