@@ -355,7 +355,7 @@ def gold_peak(points, *, fall=0.05):
                             "rises": rises, "falls": falls, "interior": rises and falls}
 
 
-D_BANDS = (0.0, 0.5, 1.0, 2.0, 4.0)
+D_BANDS = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Bands of d = √KL(π‖π_init) a frontier is read in: GRPO runs with different β compared at the same KL."""
 
 
@@ -427,12 +427,13 @@ def report(folder=None):
               "| β | d_peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for beta, lr in grpo_settings(folder):
         for run in stored("grpo", beta=beta, lr=lr, folder=folder):
-            points, fit = run["points"], run["fits"]["rl"]
+            points, fit = run["points"], run["fits"].get("rl")        # no fit yet: a run stopped at its start
             d, info = gold_peak(points)
             rate = "1e-4, linear decay" if lr is None else f"{lr:g}, constant"
+            fitted = " | ".join(f"{fit[k]:.2f}" if fit else "—" for k in ("alpha", "beta", "d_peak"))
             lines.append(f"| {run['seed']} | {beta:g} | {rate} | {points[-1]['step']} | {_num(points[0]['gold'])} | "
                          f"{_num(info['gold_peak'])} ({d:.2f}) | {_num(points[-1]['gold'])} | {points[-1]['d']:.2f} | "
-                         f"{fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} |")
+                         f"{fitted} |")
     lines += ["", "GRPO at the constant 3e-4: the mean gold of all seeds' points in each band of d, and where the runs "
               "end:", "", "| β | " + " | ".join(f"{lo:g} ≤ d < {hi:g}" for lo, hi in zip(D_BANDS, D_BANDS[1:]))
               + " | d at end (mean of seeds) |", "|---" * (len(D_BANDS) + 1) + "|"]

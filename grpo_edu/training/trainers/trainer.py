@@ -52,16 +52,10 @@ from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
-from grpo_edu.training.runs import checkpoint as ckpt, run_folder
-from grpo_edu.training.rollouts import engine, multi_turn, passes
 from grpo_edu.training.model import lora
 from grpo_edu.training.model.chat_tokenizer import is_chat_task, render_prompts
-from grpo_edu.training.trainers.config import GRPOConfig
-from grpo_edu.training.task.evaluation import evaluate_run
 from grpo_edu.training.model.models import load_model_and_tokenizer, pick_device
-from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
-from grpo_edu.training.trainers.run_state import CheckpointedRun
-from grpo_edu.training.task.rewards import compute_rewards
+from grpo_edu.training.rollouts import engine, multi_turn, passes
 from grpo_edu.training.rollouts.rollout import (
     answer_token_ids,
     check_prompts,
@@ -74,8 +68,14 @@ from grpo_edu.training.rollouts.rollout import (
     select_groups,
     token_lists,
 )
-from grpo_edu.training.task.tasks import get_task, load_prompts
 from grpo_edu.training.rollouts.tools import Tool, tool_stats, trained_mask
+from grpo_edu.training.runs import checkpoint as ckpt, run_folder
+from grpo_edu.training.task.evaluation import evaluate_run
+from grpo_edu.training.task.rewards import compute_rewards
+from grpo_edu.training.task.tasks import get_task, load_prompts
+from grpo_edu.training.trainers.config import GRPOConfig
+from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
+from grpo_edu.training.trainers.run_state import CheckpointedRun
 
 
 def unchanged_reason(history):
