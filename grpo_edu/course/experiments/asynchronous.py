@@ -297,6 +297,13 @@ def stored(part, folder=STORE):
     return json.loads((folder / f"{part}.json").read_text(encoding="utf-8"))["result"]
 
 
+def stored_meta(part, folder=STORE):
+    """What ``assets/async-runs/<part>.json`` records beside its result: command, settings, cores, load_average…"""
+    meta = json.loads((Path(folder) / f"{part}.json").read_text(encoding="utf-8"))
+    meta.pop("result")
+    return meta
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.asynchronous",
                                      description="Lesson 18's runs; writes assets/async-runs/<part>.json")
