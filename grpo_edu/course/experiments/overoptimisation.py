@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail
 from grpo_edu.training.model.models import ASSETS
 
 STORED = ASSETS / "overoptimisation"
