@@ -21,6 +21,8 @@ def test_grpo_settings_reads_beta_and_learning_rate_from_the_file_names(tmp_path
                  "bon-seed0.json"):
         (tmp_path / name).write_text("{}")
     assert overoptimisation.grpo_settings(tmp_path) == [(0.0, None), (0.0, 3e-4), (0.04, 3e-4)]
+    assert overoptimisation.sweep_file("grpo", 0, beta=0.04, lr=3e-4) == "grpo-beta0.04-lr0.0003-seed0.json"
+    assert overoptimisation.sweep_file("grpo", "*") == "grpo-beta0-seed*.json"
 
 
 def test_gold_peak_by_hand():

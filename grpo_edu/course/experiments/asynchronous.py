@@ -163,31 +163,26 @@ def wallclock(seed=0, steps=12):
 
 def timing(seed=0, steps=None):
     """Seconds from the start to the end of each step, for every lag of :data:`LAGS`: k = 0 synchronous in one
-    process, k ≥ 1 with the sampler in a second process (the same batches as the sweep's one-process runs)."""
+    process, k ≥ 1 with the sampler in a second process (the same batches as the sweep's one-process runs); and
+    ``"free"``: a free-running sampler bounded by :data:`FREE_MAX_STALENESS`, with each batch's staleness."""
     from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
     from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
 
+    length = {"eval_size": 0, **({"total_training_steps": steps} if steps else {})}
+    runs = {str(lag): (TwoProcessGRPOTrainer if lag else AsyncGRPOTrainer, {"policy_lag": lag}, {}) for lag in LAGS}
+    runs["free"] = (TwoProcessGRPOTrainer, {"max_staleness": FREE_MAX_STALENESS}, {"free_running": True})
     out = {}
-    for lag in LAGS:
-        cls = TwoProcessGRPOTrainer if lag else AsyncGRPOTrainer
-        overrides = {"policy_lag": lag, "eval_size": 0, **({"total_training_steps": steps} if steps else {})}
+    for name, (cls, settings, kwargs) in runs.items():
         ends = []
-        trainer = cls(_config(seed, **overrides), callbacks=[lambda m: ends.append(time.perf_counter())])
+        trainer = cls(_config(seed, **settings, **length), callbacks=[lambda m: ends.append(time.perf_counter())],
+                      **kwargs)
         start = time.perf_counter()
         trainer.train(progress=False)
-        out[str(lag)] = {"seconds_at_step": [e - start for e in ends],
-                         "reward_mean": [m["reward_mean"] for m in trainer.history]}
-        print(f"lag {lag}: {len(ends)} steps in {ends[-1] - start:.1f} s", flush=True)
-    ends = []                                   # and free-running, as TRL's trainer runs: staleness up to 4
-    trainer = TwoProcessGRPOTrainer(_config(seed, max_staleness=FREE_MAX_STALENESS, eval_size=0,
-                                            **({"total_training_steps": steps} if steps else {})),
-                                    free_running=True, callbacks=[lambda m: ends.append(time.perf_counter())])
-    start = time.perf_counter()
-    trainer.train(progress=False)
-    out["free"] = {"seconds_at_step": [e - start for e in ends], "max_staleness": FREE_MAX_STALENESS,
-                   "staleness": [m["staleness"] for m in trainer.history],
-                   "reward_mean": [m["reward_mean"] for m in trainer.history]}
-    print(f"free-running: {len(ends)} steps in {ends[-1] - start:.1f} s", flush=True)
+        out[name] = {"seconds_at_step": [e - start for e in ends],
+                     "reward_mean": [m["reward_mean"] for m in trainer.history]}
+        if name == "free":
+            out[name].update(max_staleness=FREE_MAX_STALENESS, staleness=[m["staleness"] for m in trainer.history])
+        print(f"{name}: {len(ends)} steps in {ends[-1] - start:.1f} s", flush=True)
     return out
 
 
@@ -321,11 +316,12 @@ def main(argv=None):
               "mismatch": lambda: mismatch(args.seeds), "wallclock": lambda: wallclock(args.seeds[0]),
               "timing": lambda: timing(args.seeds[0])}[args.part]()
     kernels = os.environ.get("ATEN_CPU_CAPABILITY")
-    command = ("" if kernels is None else f"ATEN_CPU_CAPABILITY={kernels} ") + "OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.asynchronous " + " ".join(argv or sys.argv[1:])
+    command = (("" if kernels is None else f"ATEN_CPU_CAPABILITY={kernels} ")
+               + "OMP_NUM_THREADS=1 python -m grpo_edu.course.experiments.asynchronous " + " ".join(argv or sys.argv[1:]))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"command": command, "settings": COMMON, "cores": os.cpu_count(), "load_average": load,
-                       "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "native"),
+                       "kernels": kernels or "native",
                        "seconds": time.perf_counter() - start, "result": result}, indent=1)
     print(write_result_file(folder / f"{args.part}.json", text, overwrite=args.overwrite))
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -303,8 +304,7 @@ def main(argv=None):
     t0 = time.time()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lr = f"-lr{args.lr:g}" if args.lr is not None else ""
-    name = f"bon-seed{args.seed}.json" if args.what == "bon" else f"grpo-beta{args.beta:g}{lr}-seed{args.seed}.json"
+    name = sweep_file(args.what, args.seed, beta=args.beta, lr=args.lr)
     command = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
         argv if argv is not None else sys.argv[1:])
 
@@ -332,12 +332,20 @@ def main(argv=None):
 
 
 
+def sweep_file(kind, seed, *, beta=0.0, lr=None):
+    """The file a sweep is stored in: ``bon-seed{seed}.json``, or ``grpo-beta{β}[-lr{lr}]-seed{seed}.json`` (lr only
+    for a constant learning rate); ``seed="*"`` gives the pattern of every seed's file."""
+    if kind == "bon":
+        return f"bon-seed{seed}.json"
+    return f"grpo-beta{beta:g}{f'-lr{lr:g}' if lr is not None else ''}-seed{seed}.json"
+
+
 def stored(kind="bon", *, beta=0.0, lr=None, folder=None):
     """The stored sweeps of ``kind`` ("bon" or "grpo" at KL penalty ``beta`` and constant learning rate ``lr``, None:
     GRPO_SETTINGS'), one dict per seed found, by seed."""
     choice("kind", kind, ("bon", "grpo"))
     folder = Path(folder or STORED)
-    pattern = "bon-seed*.json" if kind == "bon" else f"grpo-beta{beta:g}{f'-lr{lr:g}' if lr else ''}-seed*.json"
+    pattern = sweep_file(kind, "*", beta=beta, lr=lr)
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(pattern))]
     if not runs:
         fail("kind", f"no stored {kind} sweep in {folder}", "make them with the command in this module's docstring")
@@ -373,8 +381,8 @@ def frontier(runs, bands=D_BANDS):
 
 
 def grpo_settings(folder=None):
-    """The (β, constant lr or None) of every stored GRPO sweep in ``folder``, in order."""
-    import re
+    """The (β, constant lr or None) of every stored GRPO sweep in ``folder``, in order (read off the names
+    :func:`sweep_file` gives)."""
     found = set()
     for path in Path(folder or STORED).glob("grpo-beta*-seed*.json"):
         m = re.fullmatch(r"grpo-beta([0-9.e-]+)(?:-lr([0-9.e-]+))?-seed\d+\.json", path.name)
