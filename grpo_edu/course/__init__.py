@@ -1,6 +1,6 @@
 """The course's own machinery, in four rooms (subpackages):
 
-``aids/``         what the lessons show and check: figures (``viz``, ``viz_runs``), panels (``widgets``),
+``aids/``         what the lessons show and check: figures (``viz``, ``viz_runs``), concept diagrams (``diagrams``), panels (``widgets``),
                   exercises and predictions (``exercises``, ``exercise_bank``, ``exercise_solutions``,
                   ``prediction_bank``), checked claims about a run (``claims``)
 ``experiments/``  the experiments the lessons run: ``forgetting``, ``replay_advice``, ``clinic``, ``variants``
@@ -18,7 +18,7 @@ it but the ``grpo-edu`` command.
 from grpo_edu.common import rooms
 
 ROOMS = {
-    "aids": ("viz", "viz_runs", "widgets", "exercises", "exercise_bank", "exercise_solutions", "prediction_bank",
+    "aids": ("viz", "viz_runs", "diagrams", "widgets", "exercises", "exercise_bank", "exercise_solutions", "prediction_bank",
              "claims"),
     "experiments": ("forgetting", "replay_advice", "clinic", "variants", "family", "cost_of_a_step", "tools_runs",
                     "text_clinic", "overoptimisation", "asynchronous"),
