@@ -90,3 +90,15 @@ def test_the_command_writes_every_diagram_and_refuses_a_missing_folder(tmp_path,
     with pytest.raises(SystemExit):
         diagrams.main(["--out", str(tmp_path / "absent")])
     assert "--out:" in capsys.readouterr().err
+
+
+def test_exercise_00_2_wants_the_loops_stages_in_the_order_the_diagram_numbers_them():
+    from grpo_edu.course.aids.exercises import check
+
+    text = _drawn(diagrams.grpo_loop())
+    words = {"prompts": "1. prompts", "sample": "samples", "score": "scores", "advantage": "4. group advantage",
+             "update": "5. update"}
+    places = [text.index(words[stage]) for stage in diagrams.LOOP_STAGES]
+    assert places == sorted(places)                 # the diagram draws the stages in LOOP_STAGES' order
+    assert check("00.2", ["prompts", "sample", "score", "advantage", "update"]) is True
+    assert check("00.2", ["prompts", "score", "sample", "advantage", "update"]) is False

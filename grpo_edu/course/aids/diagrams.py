@@ -29,6 +29,9 @@ from grpo_edu.training.trainers.replay import replay_count
 
 CAPTION_SIZE = 9
 
+LOOP_STAGES = ("prompts", "sample", "score", "advantage", "update")
+"""The stages of one GRPO step, in the order ``GRPOTrainer.step`` runs them (then the loop repeats)."""
+
 
 def _canvas(figsize, title, caption, *, width=10.0, height=6.0):
     """A blank figure whose one axes spans (0, width) × (0, height), with ``title`` above and ``caption`` below."""
@@ -79,6 +82,7 @@ def grpo_loop(batch_size=16, num_generations=8):
         "update": ((5.0, 1.4), "5. update " + r"$\pi_\theta$" + "\nanswers with " + r"$\hat{A} > 0$"
                                + " more likely,\n" + r"$\hat{A} < 0$" + " less likely", RED),
     }
+    assert tuple(stages) == LOOP_STAGES
     for center, text, color in stages.values():
         _box(ax, center, size, text, color)
     half_w, half_h = size[0] / 2, size[1] / 2

@@ -46,6 +46,16 @@ class CodeExercise:
 
 
 EXERCISES: dict[str, Any] = {
+    # lesson 00: watch GRPO learn
+    "00.1": Exercise("A group of G = 8 answers to one prompt scored [0, 0, 1, 0, 0, 0, 0, 0]: one right, seven wrong. "
+                     "How many of the eight answers does the update make less likely?",
+                     lambda: sum(a < 0 for a in solve.adv([0, 0, 1, 0, 0, 0, 0, 0])),
+                     "an answer becomes less likely when it scored below its group's mean (Â < 0)."),
+    "00.2": Exercise("The stages of one GRPO step, shuffled: 'update', 'score', 'prompts', 'advantage', 'sample'. "
+                     "Write them as a list in the order a step runs them.",
+                     solve.loop_stages,
+                     "the loop diagram of section 2: the policy samples answers to the prompts, then the reward "
+                     "program scores them, and only then can each be compared with its group."),
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
                      lambda: solve.schedule(dataset_size=3000, batch_size=12, num_generations=8,

@@ -22,6 +22,12 @@ def adv(rewards, **kw):
     return group_advantages([rewards], **kw)[0].tolist()
 
 
+def loop_stages():
+    from grpo_edu.course.aids.diagrams import LOOP_STAGES
+
+    return list(LOOP_STAGES)
+
+
 def dead(p, G, B=1):
     from grpo_edu.core.advantages import dead_group_probability
 

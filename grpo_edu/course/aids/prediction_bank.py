@@ -19,6 +19,12 @@ CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few
 """Lessons 09 and 09b's menu of diagnoses: the findings a learner chooses from for each sick run."""
 
 PREDICTIONS: dict[str, Prediction] = {
+    "00.P1": Prediction("Before training, about half of the bundled model's sampled answers to held-out prompts are "
+                        "right. After 100 GRPO steps, what share will be right (0–1)?", tolerance=0.1),
+    "00.P2": Prediction("Read it off your run's top-left panel: the held-out accuracy (orange dots) at step 100 "
+                        "(0–1, 2 decimals)?", tolerance=0.03),
+    "00.P3": Prediction("Read it off your run's entropy panel (top right): from the first steps to the last, did the entropy per "
+                        "token 'rise' or 'fall'?", choices=("rise", "fall")),
     "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
                         "= 1000. How many epochs does the run make?", tolerance=1e-9),
     "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
