@@ -66,6 +66,18 @@ def test_the_site_holds_every_lesson_and_docs_page(built):
     assert not (out / site_folder.BUILDING).exists() and info["temporary"] == []   # no claim, no staging left
 
 
+def test_the_site_starts_at_lesson_00(built):
+    """The front page leads to lesson 00: the README's start line links it, and so does the page's "next" button."""
+    import re
+
+    index = (built[0] / "index.html").read_text(encoding="utf-8")
+    assert LESSONS[0] == "00_watch_grpo_learn"
+    start = index.index("Start with lesson 00")
+    assert re.search(r'href="lessons/00_watch_grpo_learn.html"', index[start:start + 600])
+    assert re.search(r'<a[^>]*class="[^"]*right-next[^"]*"[^>]*href="lessons/00_watch_grpo_learn.html"', index, re.S) \
+        or re.search(r'<a[^>]*href="lessons/00_watch_grpo_learn.html"[^>]*class="[^"]*right-next', index, re.S)
+
+
 def _tiny_course(root, link):
     (root / "docs").mkdir(parents=True)
     (root / "lessons").mkdir()

@@ -32,6 +32,7 @@ CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 REFERENCE_STEP_MS = 23.2
 REFERENCE_TIMES_S = {
+    "00_watch_grpo_learn": 8.3,
     "01_batch_step_epoch": 2.1, "02_group_advantage": 3.4, "03_zero_sigma": 2.6, "04_clipped_loss": 2,
     "04b_kl_and_loss_types": 3.4, "05_toy_grpo": 28.1, "06_data_replay": 35.2, "07_reward_design": 13.1,
     "08_full_grpo_run": 27.9, "09_diagnostics_clinic": 21.6, "09b_diagnostics_clinic_2": 22.3,
@@ -41,7 +42,8 @@ REFERENCE_TIMES_S = {
 }
 """Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU,
 whose bench step was then REFERENCE_STEP_MS (lessons 16–18: their time under the same command at a 76.7 ms step,
-scaled by 23.2 / 76.7). A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
+scaled by 23.2 / 76.7; lesson 00: 51.1 s alone under nbval on the same CPU loaded by other work, at a mean bench
+step of 142.6 ms, scaled by 23.2 / 142.6). A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
 long."""
 
 
