@@ -93,6 +93,7 @@ checks every import in the source):
 ``course/`` — the course's own machinery, in four rooms (a lesson writes ``from grpo_edu.course import viz``)
   ``aids/`` — what the lessons show and check
     ``viz``/``widgets`` matplotlib figures (``viz_runs``: the training runs' figures) and ipywidgets panels
+    ``diagrams``        the concept diagrams: the GRPO loop, the three policies, a group's Â, replay's mix
     ``exercises``       check an exercise, reveal a prediction (``exercise_bank`` holds them all)
     ``exercise_bank``   every lesson's exercises, each with the call that answers it
     ``exercise_solutions`` those calls: the library asked for each answer, and the code exercises' references
