@@ -60,3 +60,78 @@ def test_report_prints_every_stored_sweep_as_markdown(tmp_path, capsys):
     assert "| 0 | 64 pairs | 0.70 | 0.50 | 0.90 (4, 0.80) | 0.20 | 1.00 | 0.50 | 1.00 |" in lines
     assert "| 0 | 0.1 | 0.0003, constant | 4 | 0.50 | 0.80 (0.60) | 0.10 | 2.20 | 0.10 | 0.20 | 0.50 |" in lines
     assert "| 0.1 | 0.50 | 0.80 | — | 0.10 | 2.20 |" in lines
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the sweep started before its arguments were checked")
+
+
+def _fake_sweep(seed, save=lambda result: None, **kwargs):
+    result = {"seed": seed, "points": [], "proxies": {name: {} for name in kwargs.get("proxies") or ["small"]}}
+    save(result)
+    return result
+
+
+@pytest.mark.parametrize("what", ["grpo", "bon"])
+def test_a_stored_sweep_is_never_replaced_without_overwrite(tmp_path, monkeypatch, capsys, what):
+    """Issue 66: `overoptimisation grpo --out <folder holding a complete sweep>` replaced it with a 1-step run.
+    Now it is refused, before any work, and the stored file is left as it was; --overwrite replaces it."""
+    name = overoptimisation.sweep_file(what, 0)
+    stored = tmp_path / name
+    stored.write_text('{"seed": 0, "complete": true}')
+    monkeypatch.setattr(overoptimisation, "grpo_sweep", _no_work)
+    monkeypatch.setattr(overoptimisation, "bon_sweep", _no_work)
+    with pytest.raises(SystemExit):
+        overoptimisation.main([what, "--seed", "0", "--out", str(tmp_path)])
+    assert "--overwrite" in capsys.readouterr().err and stored.read_text() == '{"seed": 0, "complete": true}'
+    monkeypatch.setattr(overoptimisation, f"{what}_sweep", _fake_sweep)
+    overoptimisation.main([what, "--seed", "0", "--out", str(tmp_path), "--overwrite"])
+    assert json.loads(stored.read_text())["complete"] and "command" in json.loads(stored.read_text())
+
+
+def test_a_sweep_is_written_into_the_working_directory_not_the_package(tmp_path, monkeypatch):
+    """The default --out was the package's own assets/overoptimisation, which lesson 17 reads."""
+    package = tmp_path / "package-assets"
+    package.mkdir()
+    monkeypatch.setattr(overoptimisation, "STORED", package)
+    monkeypatch.setattr(overoptimisation, "grpo_sweep", _fake_sweep)
+    monkeypatch.chdir(tmp_path)
+    overoptimisation.main(["grpo", "--seed", "1", "--steps", "1"])
+    assert list(package.iterdir()) == []
+    assert (tmp_path / "runs" / "overoptimisation" / "grpo-beta0-seed1.json").is_file()
+
+
+def test_bon_proxies_add_to_a_sweep_but_replace_none_without_overwrite(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "bon-seed0.json"
+    path.write_text(json.dumps({"seed": 0, "command": "first", "seconds": 5,
+                                "proxies": {"small": {"kept": 1}, "ensemble_mean": {}, "ensemble_min": {}}}))
+    monkeypatch.setattr(overoptimisation, "bon_sweep", _no_work)
+    for proxies in ("small", "large,ensemble"):
+        with pytest.raises(SystemExit):
+            overoptimisation.main(["bon", "--seed", "0", "--out", str(tmp_path), "--proxies", proxies])
+        assert "already holds" in capsys.readouterr().err
+    added = []
+
+    def add(seed, save, proxies, result):
+        result["proxies"].update({p: {"new": 1} for p in proxies})
+        added.append(proxies)
+        save(result)
+        return result
+
+    monkeypatch.setattr(overoptimisation, "bon_sweep", add)
+    overoptimisation.main(["bon", "--seed", "0", "--out", str(tmp_path), "--proxies", "large"])
+    stored = json.loads(path.read_text())
+    assert added == [["large"]] and stored["proxies"]["small"] == {"kept": 1} and "large" in stored["proxies"]
+    assert stored["command"].startswith("first && ")
+
+
+@pytest.mark.parametrize("argv", [["grpo", "--seed", "0", "--steps", "0"], ["grpo", "--seed", "0", "--beta", "nan"],
+                                  ["grpo", "--seed", "-1"], ["grpo", "--seed", "0", "--lr", "-1"],
+                                  ["bon", "--seed", "0", "--proxies", "bogus"], ["bon", "--seed", "0", "--steps", "3"],
+                                  ["grpo"]])
+def test_bad_sweep_arguments_are_refused_before_any_work(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.setattr(overoptimisation, "grpo_sweep", _no_work)
+    monkeypatch.setattr(overoptimisation, "bon_sweep", _no_work)
+    with pytest.raises(SystemExit):
+        overoptimisation.main(argv + ["--out", str(tmp_path / "out")])
+    assert "Fix:" in capsys.readouterr().err and not (tmp_path / "out").exists()

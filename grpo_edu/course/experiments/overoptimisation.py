@@ -4,8 +4,9 @@ The proxy is a reward model (``training/reward_models``) trained on a few gold-l
 sampled from ``assets/tiny-sums``; the gold is :class:`~grpo_edu.training.reward_models.gold.SumsGoldJudge`.
 Two ways of optimising the proxy, each measured against d = √KL(π‖π_init) (Gao et al. 2022):
 
-``best_of_n``  no training: sample n answers, keep the proxy's favourite; KL_bon = log n − (n−1)/n
-               (``core.overoptimisation.kl_best_of_n``); n = 1 … 256, every n read from the same 256
+``best_of_n``  no training: sample n answers, keep the proxy's favourite; KL_bon ≤ log n − (n−1)/n
+               (``core.overoptimisation.kl_best_of_n``, an upper bound), and the exact KL over the samples'
+               empirical distribution (``kl_best_of_n_exact``); n = 1 … 256, every n read from the same 256
                samples per prompt split into 256/n disjoint groups
 ``grpo``       GRPOTrainer with the proxy as its reward function and the gold logged beside it
                (``reward_weights=[1, 0]``); every few steps, on fixed held-out prompts, the mean gold and
@@ -16,7 +17,9 @@ on different pairs, combined by mean or min; Coste et al. 2023), ``beta`` (GRPO'
 ``center_rewards_coefficient`` (TRL's centring; Eisenstein et al. 2023).
 
 Stored sweeps (seeds 0–2): ``assets/overoptimisation/*.json``, each with the command that made it;
-:func:`stored` reads them. Make them with ``python -m grpo_edu.course.experiments.overoptimisation --help``.
+:func:`stored` reads them. Make them with ``python -m grpo_edu.course.experiments.overoptimisation --help``: a
+sweep is written into ``runs/overoptimisation/`` in the working directory unless ``--out`` names a folder, and a
+file already there is replaced only with ``--overwrite`` (checked before any work).
 """
 
 from __future__ import annotations
@@ -122,36 +125,54 @@ def best_of_n(pool, proxy, judge, ns=NS):
     """Mean gold and proxy of the proxy's pick among n, for each n, from the same samples.
 
     For each prompt its samples are cut into len/n disjoint groups of n and each group's proxy-best taken.
-    Returns ``(curve, info)``: curve one dict per n ``{"n", "kl", "d", "gold", "proxy"}``; info ``picks``
-    {n: [(prompt, answer, pick)]} for the smallest and largest n."""
-    from grpo_edu.core.overoptimisation import kl_best_of_n
+    Returns ``(curve, info)``: curve one dict per n ``{"n", "kl", "d", "kl_exact", "d_exact", "gold", "gold_se",
+    "proxy"}``: ``kl`` the bound log n − (n−1)/n, ``kl_exact`` the exact KL of best-of-n over each prompt's
+    empirical distribution of its samples (a repeated answer one outcome; ``core.overoptimisation.
+    kl_best_of_n_exact``), averaged over prompts; ``gold_se`` the standard error of ``gold`` over its picks.
+    info ``picks`` {n: [(prompt, answer, pick)]} for the smallest and largest n."""
+    from grpo_edu.core.overoptimisation import kl_best_of_n, kl_best_of_n_exact
     from grpo_edu.training.reward_models.gold import gold_scores
     scored = []
     for prompt, answer, completions in pool:
         proxy_scores = proxy([prompt] * len(completions), completions)
+        first = {}
+        for c, s in zip(completions, proxy_scores):                   # one score per distinct answer: one outcome
+            first.setdefault(c, s)
         gold = gold_scores(judge, [prompt] * len(completions), completions, [answer] * len(completions))
-        scored.append((prompt, answer, completions, proxy_scores, gold))
+        scored.append((prompt, answer, completions, proxy_scores, gold, [first[c] for c in completions]))
     curve, kept = [], {}
     for n in ns:
         golds, proxies, picks = [], [], []
-        for prompt, answer, completions, p, g in scored:
+        for prompt, answer, completions, p, g, _ in scored:
             for start in range(0, len(completions) - n + 1, n):
                 best = max(range(start, start + n), key=lambda i: p[i])
                 golds.append(g[best]), proxies.append(p[best]), picks.append((prompt, answer, completions[best]))
         kl, info = kl_best_of_n(n)
-        curve.append({"n": n, "kl": kl, "d": info["d"], "gold": sum(golds) / len(golds),
-                      "proxy": sum(proxies) / len(proxies)})
+        exact = sum(kl_best_of_n_exact(outcomes, n)[0] for *_, outcomes in scored) / len(scored)
+        mean = sum(golds) / len(golds)
+        spread = sum((x - mean) ** 2 for x in golds) / max(len(golds) - 1, 1)
+        curve.append({"n": n, "kl": kl, "d": info["d"], "kl_exact": exact, "d_exact": math.sqrt(exact),
+                      "gold": mean, "gold_se": math.sqrt(spread / len(golds)), "proxy": sum(proxies) / len(proxies)})
         if n in (min(ns), max(ns)):
             kept[n] = picks
     return curve, {"picks": kept}
 
 
+def looks(answer):
+    """What an answer looks like, whatever its arithmetic: ``writes_working`` (a step a+b=c) and
+    ``repeats_last_sum`` (it ends "=s#s", its answer the last step's sum, right or wrong); each 0 or 1."""
+    last = re.search(r"=(\d+)#(\d+)$", answer)
+    return {"writes_working": int(bool(re.search(r"\d\+\d+=\d", answer))),
+            "repeats_last_sum": int(bool(last) and last.group(1) == last.group(2))}
+
+
 def pick_counts(picks, judge):
     """What best-of-n's picks (prompt, answer, pick) are: how many have each gold facet (``length``: longer than the
-    careful worked solution; ``format``: malformed), and their mean length in characters."""
+    careful worked solution; ``format``: malformed) and each of :func:`looks`' traits, and their mean length in
+    characters."""
     counts = {"picks": len(picks)}
     for prompt, answer, pick in picks:
-        for facet, v in judge.facets(prompt, pick, answer).items():
+        for facet, v in {**judge.facets(prompt, pick, answer), **looks(pick)}.items():
             counts[facet] = counts.get(facet, 0) + v
     counts["mean_length"] = sum(len(p[2]) for p in picks) / max(len(picks), 1)
     return counts
@@ -282,54 +303,108 @@ def fit_both(points):
     return fits
 
 
+RUNS = Path("runs") / "overoptimisation"
+"""Where a sweep is written by default: ``runs/overoptimisation`` in the working directory, never the package's own
+stored sweeps (:data:`STORED`, which lesson 17 reads); those are written only by naming them with ``--out``."""
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.overoptimisation",
                                      description="Lesson 17's sweeps: best-of-n and GRPO against a learned proxy.")
     parser.add_argument("what", choices=("bon", "grpo", "report"), help="report: print the stored sweeps' tables")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--out", default=str(STORED))
+    parser.add_argument("--out", default=None,
+                        help=f"bon, grpo: the folder the sweep is written into (default {RUNS} in the working "
+                             "directory); report: the folder read (default the stored sweeps lesson 17 reads)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let a sweep replace a file of the same name in --out (bon --proxies: those proxies)")
     parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
     parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
     parser.add_argument("--proxies", default=None,
                         help=f"bon: only these proxies (comma-separated, of {', '.join(PROXIES)}), added to the "
-                             "seed's stored sweep")
+                             "seed's sweep in --out")
     parser.add_argument("--lr", type=float, default=None,
                         help="grpo: a constant learning rate in place of GRPO_SETTINGS' (1e-4, linear decay)")
     args = parser.parse_args(argv)
     if args.what == "report":
-        report(None if args.out == str(STORED) else args.out)
+        report(args.out)
         return
-    if args.seed is None:
-        parser.error("--seed is needed to make a sweep (bon or grpo)")
+    out, name, existing, names = _check_sweep_arguments(parser, args)
     t0 = time.time()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = sweep_file(args.what, args.seed, beta=args.beta, lr=args.lr)
-    command = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
-        argv if argv is not None else sys.argv[1:])
+    environment = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+                           if k in os.environ)
+    command = " ".join(filter(None, [environment, "python -m grpo_edu.course.experiments.overoptimisation",
+                                     *(argv if argv is not None else sys.argv[1:])]))
+    if existing is not None:
+        command = existing.get("command", "?") + " && " + command
+        t0 -= existing.get("seconds", 0)
+    written = []
 
     def save(result):                     # after each proxy / each measurement: a stopped sweep keeps what it did
+        from grpo_edu.common._checks import write_result_file
+        from grpo_edu.common.safe_files import replace_atomically
         result["command"], result["seconds"] = command, round(time.time() - t0)
         result["kernels"] = os.environ.get("ATEN_CPU_CAPABILITY", "native")
-        (out / name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        text = json.dumps(result, indent=1, sort_keys=True) + "\n"
+        if written:                        # our own file: replaced whole or not at all
+            replace_atomically(written[0], text.encode("utf-8"))
+        else:                              # checked before the work; a file that appeared since is never replaced
+            written.append(write_result_file(out / name, text, overwrite=args.overwrite or existing is not None))
 
     if args.what == "bon":
-        names, existing = None, None
-        if args.proxies:
-            names = [n.strip() for n in args.proxies.split(",")]
-            for n in names:
-                choice("--proxies", n, tuple(PROXIES))
-            if (out / name).exists():
-                existing = json.loads((out / name).read_text(encoding="utf-8"))
-                command = existing.get("command", command) + " && " + command
-                t0 -= existing.get("seconds", 0)
         result = bon_sweep(args.seed, save=save, proxies=names, result=existing)
     else:
         result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, learning_rate=args.lr, save=save)
     result["complete"] = True
     save(result)
-    print(f"wrote {out / name} in {result['seconds']} s")
+    print(f"wrote {written[0]} in {result['seconds']} s")
 
+
+def _check_sweep_arguments(parser, args):
+    """Every argument of a bon or grpo sweep checked before any work: ``(out, file name, the stored sweep that
+    --proxies adds to or None, the proxies' names or None)``. A file in ``--out`` is replaced only with
+    ``--overwrite`` (bon --proxies: only proxies it does not hold yet are added without it)."""
+    from grpo_edu.common._checks import unwritable_folder
+    if args.seed is None or args.seed < 0:
+        parser.error("--seed: a sweep (bon or grpo) needs a seed, a whole number ≥ 0. Fix: pass --seed 0")
+    if args.what == "grpo":
+        if args.steps < 1:
+            parser.error(f"--steps: must be a whole number ≥ 1, got {args.steps}. Fix: pass e.g. --steps 24")
+        if not math.isfinite(args.beta) or args.beta < 0:
+            parser.error(f"--beta: must be a finite number ≥ 0, got {args.beta}. Fix: pass e.g. --beta 0.04")
+        if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+            parser.error(f"--lr: must be a finite number > 0, got {args.lr}. Fix: pass e.g. --lr 3e-4, or leave it out")
+    elif args.lr is not None or args.beta != 0.0 or args.steps != 24:
+        parser.error("--beta, --steps and --lr: only grpo sweeps take them. Fix: drop them for bon")
+    if args.proxies and args.what != "bon":
+        parser.error("--proxies: only bon sweeps take it. Fix: drop it")
+    out = Path(args.out) if args.out is not None else RUNS
+    blocked = unwritable_folder(out)
+    if blocked is not None:
+        parser.error(f"--out: {blocked} cannot be written into. Fix: pass a folder you can write to")
+    name = sweep_file(args.what, args.seed, beta=args.beta, lr=args.lr)
+    path, names, existing = out / name, None, None
+    if args.proxies:
+        names = [n.strip() for n in args.proxies.split(",")]
+        for n in names:
+            if n not in PROXIES:
+                parser.error(f"--proxies: unknown proxy {n!r}. Fix: use some of {', '.join(PROXIES)}")
+    if os.path.lexists(path) and names is not None:
+        try:
+            existing = json.loads(path.read_text(encoding="utf-8"))
+            held = set(existing["proxies"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            parser.error(f"--proxies: {path} is not a stored best-of-n sweep to add to ({e}). Fix: move it away, "
+                         "or pass another --out")
+        clash = sorted(r for r in held for n in names if r == n or r.startswith(n + "_"))
+        if clash and not args.overwrite:
+            parser.error(f"--proxies: {path} already holds {', '.join(clash)}. Fix: pass --overwrite to replace "
+                         "them, or another --out")
+    elif os.path.lexists(path) and not args.overwrite:
+        parser.error(f"--out: {path} already exists (a stored sweep). Fix: pass another --out, or --overwrite "
+                     "to replace it")
+    out.mkdir(parents=True, exist_ok=True)
+    return out, name, existing, names
 
 
 def sweep_file(kind, seed, *, beta=0.0, lr=None):
