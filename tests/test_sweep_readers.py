@@ -12,7 +12,9 @@ def test_frontier_averages_each_band_of_d_over_runs():
     runs = [{"points": [{"d": 0.0, "gold": 0.5}, {"d": 0.7, "gold": 0.9}, {"d": 2.5, "gold": 0.1}]},
             {"points": [{"d": 0.2, "gold": 0.3}, {"d": 0.6, "gold": 0.7}]}]
     golds, info = overoptimisation.frontier(runs, bands=(0.0, 0.5, 1.0, 2.0, 4.0))
-    assert golds == pytest.approx([0.4, 0.8, None, 0.1]) and info["counts"] == [2, 2, 0, 1]
+    # the start at d = 0 is left out; band 2's SE: points 0.9 and 0.7, sd 0.141, over √2
+    assert golds == pytest.approx([0.3, 0.8, None, 0.1]) and info["counts"] == [1, 2, 0, 1]
+    assert info["se"][0] is None and info["se"][1] == pytest.approx(0.1) and info["dropped"] == 1
     assert info["d_end"] == pytest.approx((2.5 + 0.6) / 2)
 
 
@@ -50,16 +52,17 @@ def test_accuracy_at_seconds_reads_between_evaluations():
 def test_report_prints_every_stored_sweep_as_markdown(tmp_path, capsys):
     curve = [{"n": n, "d": d, "gold": g, "proxy": p} for n, d, g, p in ((1, 0, 0.5, 0.1), (4, 0.8, 0.9, 0.5),
                                                                        (16, 1.4, 0.2, 0.9))]
+    curve[1]["d_exact"], curve[2]["gold_se"] = 0.66, 0.04
     bon = {"seed": 0, "proxies": {"small": {"heldout_accuracy": [0.7], "curve": curve,
-                                            "fit_bon": {"alpha": 1.0, "beta": 0.5, "d_peak": 1.0}}}}
+                                            "fit_bon": {"alpha": 1.0, "beta": 0.5, "d_peak": 1.0, "r2": 0.9}}}}
     (tmp_path / "bon-seed0.json").write_text(json.dumps(bon))
     points = [{"step": 0, "d": 0.0, "gold": 0.5}, {"step": 2, "d": 0.6, "gold": 0.8}, {"step": 4, "d": 2.2, "gold": 0.1}]
     grpo = {"seed": 0, "points": points, "fits": {"rl": {"alpha": 0.1, "beta": 0.2, "d_peak": 0.5}}}
     (tmp_path / "grpo-beta0.1-lr0.0003-seed0.json").write_text(json.dumps(grpo))
     lines = overoptimisation.report(tmp_path)
-    assert "| 0 | 64 pairs | 0.70 | 0.50 | 0.90 (4, 0.80) | 0.20 | 1.00 | 0.50 | 1.00 |" in lines
+    assert "| 0 | 64 pairs | 0.70 | 0.50 | 0.90 (4, 0.80, 0.66) | 0.20 ± 0.04 | 1.00 | 0.50 | 1.00 | 0.900 |" in lines
     assert "| 0 | 0.1 | 0.0003, constant | 4 | 0.50 | 0.80 (0.60) | 0.10 | 2.20 | 0.10 | 0.20 | 0.50 |" in lines
-    assert "| 0.1 | 0.50 | 0.80 | — | 0.10 | 2.20 |" in lines
+    assert "| 0.1 | — | 0.80 | — | 0.10 | 2.20 |" in lines
 
 
 def _no_work(*args, **kwargs):

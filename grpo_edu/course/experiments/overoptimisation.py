@@ -169,12 +169,14 @@ def looks(answer):
 def pick_counts(picks, judge):
     """What best-of-n's picks (prompt, answer, pick) are: how many have each gold facet (``length``: longer than the
     careful worked solution; ``format``: malformed) and each of :func:`looks`' traits, and their mean length in
-    characters."""
+    characters and its standard deviation (``sd_length``)."""
     counts = {"picks": len(picks)}
     for prompt, answer, pick in picks:
         for facet, v in {**judge.facets(prompt, pick, answer), **looks(pick)}.items():
             counts[facet] = counts.get(facet, 0) + v
-    counts["mean_length"] = sum(len(p[2]) for p in picks) / max(len(picks), 1)
+    lengths = [len(p[2]) for p in picks]
+    counts["mean_length"] = sum(lengths) / max(len(lengths), 1)
+    counts["sd_length"] = math.sqrt(sum((x - counts["mean_length"]) ** 2 for x in lengths) / max(len(lengths) - 1, 1))
     return counts
 
 
@@ -270,7 +272,9 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", learnin
         kl, s = kl_to_init(trainer.model, init, tok, [r["prompt"] for r in rows], seed=10_000 + step)
         gold = gold_scores(judge, s["prompts"], s["completions"], [answers[p] for p in s["prompts"]])
         prox = proxy(s["prompts"], s["completions"])
-        points.append({"step": step, "kl": kl, "d": math.sqrt(max(kl, 0.0)), "gold": sum(gold) / len(gold),
+        mean = sum(gold) / len(gold)
+        points.append({"step": step, "kl": kl, "d": math.sqrt(max(kl, 0.0)), "gold": mean,
+                       "gold_se": math.sqrt(sum((g - mean) ** 2 for g in gold) / (len(gold) - 1) / len(gold)),
                        "proxy": sum(prox) / len(prox),
                        "mean_length": sum(map(len, s["completions"])) / len(s["completions"])})
         samples[str(step)] = list(zip(s["prompts"], s["completions"]))[:: 8]
@@ -444,15 +448,22 @@ D_BANDS = (0.0, 0.5, 1.0, 2.0, 5.0)
 
 def frontier(runs, bands=D_BANDS):
     """The gold-against-d frontier of several runs (e.g. one β, all seeds): the mean gold of every measured point
-    with d in each band [bands[i], bands[i+1]) (None where no point falls). Returns ``(golds, info)``; info
-    ``counts`` (points per band), ``d_end`` (the mean d where the runs end)."""
+    with 0 < d in each band [bands[i], bands[i+1]) (None where no point falls). Points at d = 0 are left out: every
+    run's start (the same policy on every β) and a KL estimate ≤ 0 that d clamps to 0 say nothing about where a β
+    leads. Returns ``(golds, info)``; info ``counts`` (points per band), ``se`` (each band's standard error from
+    its points' scatter, None below 2 points; points of one run are not independent, so it is a floor),
+    ``dropped`` (the points at d = 0), ``d_end`` (the mean d where the runs end)."""
     points = [p for run in runs for p in run["points"]]
-    golds, counts = [], []
+    golds, counts, ses = [], [], []
     for lo, hi in zip(bands, bands[1:]):
-        inside = [p["gold"] for p in points if lo <= p["d"] < hi]
-        golds.append(sum(inside) / len(inside) if inside else None)
+        inside = [p["gold"] for p in points if lo <= p["d"] < hi and p["d"] > 0]
+        mean = sum(inside) / len(inside) if inside else None
+        golds.append(mean)
         counts.append(len(inside))
-    return golds, {"counts": counts, "d_end": sum(run["points"][-1]["d"] for run in runs) / len(runs)}
+        ses.append(math.sqrt(sum((g - mean) ** 2 for g in inside) / (len(inside) - 1) / len(inside))
+                   if len(inside) > 1 else None)
+    return golds, {"counts": counts, "se": ses, "dropped": sum(p["d"] <= 0 for p in points),
+                   "d_end": sum(run["points"][-1]["d"] for run in runs) / len(runs)}
 
 
 def grpo_settings(folder=None):
@@ -487,12 +498,18 @@ def _num(x):
     return f"{x:.2f}".replace("-", "−")
 
 
+def _with_se(point):
+    """A point's gold, with ± its standard error where the sweep stored one."""
+    return _num(point["gold"]) + (f" ± {point['gold_se']:.2f}" if "gold_se" in point else "")
+
+
 def report(folder=None):
     """The stored sweeps as the markdown tables of docs/learned-rewards.md: ``python -m
     grpo_edu.course.experiments.overoptimisation report [--out FOLDER]``. Returns the lines it prints."""
-    lines = ["Best-of-n against each proxy (n = 1 … 256):", "",
-             "| seed | proxy | held-out pair accuracy | gold at n = 1 | gold peak (n, d) | gold at n = 256 | α | β "
-             "| fitted d_peak |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["Best-of-n against each proxy (n = 1 … 256; d the bound √(log n − (n−1)/n), exact d where stored; "
+             "± one standard error over the picks where stored):", "",
+             "| seed | proxy | held-out pair accuracy | gold at n = 1 | gold peak (n, d, exact d) | gold at n = 256 | α "
+             "| β | fitted d_peak | r² |", "|---|---|---|---|---|---|---|---|---|---|"]
     bon = stored("bon", folder=folder)
     for name, label in PROXY_NAMES.items():
         for run in bon:
@@ -502,9 +519,11 @@ def report(folder=None):
             curve, fit = proxy["curve"], proxy["fit_bon"]
             d, info = gold_peak(curve)
             acc = sum(proxy["heldout_accuracy"]) / len(proxy["heldout_accuracy"])
-            lines.append(f"| {run['seed']} | {label} | {acc:.2f} | {_num(curve[0]['gold'])} | "
-                         f"{_num(info['gold_peak'])} ({curve[info['index']]['n']}, {d:.2f}) | {_num(curve[-1]['gold'])} "
-                         f"| {fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} |")
+            peak = curve[info["index"]]
+            exact = f"{peak['d_exact']:.2f}" if "d_exact" in peak else "—"
+            lines.append(f"| {run['seed']} | {label} | {acc:.2f} | {_with_se(curve[0])} | "
+                         f"{_num(info['gold_peak'])} ({peak['n']}, {d:.2f}, {exact}) | {_with_se(curve[-1])} "
+                         f"| {fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} | {fit['r2']:.3f} |")
     lines += ["", "GRPO against the 64-pair proxy, Gao's RL form fitted to each run:", "",
               "| seed | β | learning rate | steps | gold at start | gold peak (d) | gold at end | d at end | RL fit α "
               "| β | d_peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -517,13 +536,15 @@ def report(folder=None):
             lines.append(f"| {run['seed']} | {beta:g} | {rate} | {points[-1]['step']} | {_num(points[0]['gold'])} | "
                          f"{_num(info['gold_peak'])} ({d:.2f}) | {_num(points[-1]['gold'])} | {points[-1]['d']:.2f} | "
                          f"{fitted} |")
-    lines += ["", "GRPO at the constant 3e-4: the mean gold of all seeds' points in each band of d, and where the runs "
-              "end:", "", "| β | " + " | ".join(f"{lo:g} ≤ d < {hi:g}" for lo, hi in zip(D_BANDS, D_BANDS[1:]))
+    lines += ["", "GRPO at the constant 3e-4: the mean gold of all seeds' points in each band of d (the points at d = 0 "
+              "left out) ± its standard error from the points' scatter, and where the runs end:", "",
+              "| β | " + " | ".join(f"{lo:g} {'<' if lo == 0 else '≤'} d < {hi:g}" for lo, hi in zip(D_BANDS, D_BANDS[1:]))
               + " | d at end (mean of seeds) |", "|---" * (len(D_BANDS) + 1) + "|"]
     for beta, lr in grpo_settings(folder):
         if lr == 3e-4:
             golds, info = frontier(stored("grpo", beta=beta, lr=lr, folder=folder))
-            lines.append(f"| {beta:g} | " + " | ".join("—" if g is None else _num(g) for g in golds)
+            lines.append(f"| {beta:g} | " + " | ".join("—" if g is None else _num(g) + ("" if se is None else f" ± {se:.2f}")
+                                                         for g, se in zip(golds, info["se"]))
                          + f" | {info['d_end']:.2f} |")
     print("\n".join(lines))
     return lines
