@@ -138,3 +138,19 @@ def test_bad_sweep_arguments_are_refused_before_any_work(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit):
         overoptimisation.main(argv + ["--out", str(tmp_path / "out")])
     assert "Fix:" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_standardised_min_compares_members_like_with_like():
+    """A member scoring every answer 10× higher plus 5 is the same ordering: standardised, the min of the two is
+    that ordering (a raw min would follow the lower-offset member only). Two members that disagree: the min of z."""
+    answers = ["a", "bb", "ccc", "dddd"]
+    base = {"a": 0.0, "bb": 1.0, "ccc": 2.0, "dddd": 3.0}
+    first = lambda prompts, completions: [base[c] for c in completions]                    # noqa: E731
+    scaled = lambda prompts, completions: [10 * base[c] + 5 for c in completions]          # noqa: E731
+    reversed_ = lambda prompts, completions: [-base[c] for c in completions]               # noqa: E731
+    reference = (["p"] * 4, answers)
+    z = [(x - 1.5) / (1.25 ** 0.5) for x in base.values()]                                  # mean 1.5, SD √1.25
+    same = overoptimisation.StandardisedMin([first, scaled], reference)
+    assert same(["p"] * 4, answers) == pytest.approx(z)
+    opposed = overoptimisation.StandardisedMin([first, reversed_], reference)
+    assert opposed(["p"] * 4, answers) == pytest.approx([min(a, -a) for a in z])

@@ -180,6 +180,29 @@ def pick_counts(picks, judge):
     return counts
 
 
+class StandardisedMin:
+    """An ensemble's most pessimistic score after standardising each member: z_k = (r_k − m_k) / s_k, with m_k and
+    s_k member k's mean and SD over ``reference`` answers (the base policy's), then min_k z_k. Bradley–Terry fixes
+    a model's scores only up to a constant, so the raw min of uncentred members leans towards the member whose
+    offset happens to be lowest; standardised, the min compares like with like. ``members``: one reward function
+    per model; ``reference``: (prompts, completions)."""
+
+    def __init__(self, members, reference):
+        import numpy as np
+        self.members = list(members)
+        self.stats = []
+        for member in self.members:
+            r = np.asarray(member(*reference), dtype=float)                    # (R,)
+            self.stats.append((float(r.mean()), float(r.std()) or 1.0))
+        self.__name__ = self.__qualname__ = "proxy"
+
+    def __call__(self, prompts, completions, **kwargs):
+        import numpy as np
+        z = [(np.asarray(m(prompts, completions), dtype=float) - mean) / sd   # (N,) each
+             for m, (mean, sd) in zip(self.members, self.stats)]
+        return np.min(np.stack(z), axis=0).tolist()                            # (M, N) → (N,)
+
+
 def bon_sweep(seed, save=lambda result: None, *, proxies=None, result=None):
     """Seed ``seed``'s best-of-n sweep: each proxy of :data:`PROXIES` (``proxies``: only these names), their held-out
     accuracy, curves and fits. ``result``: a stored sweep of the same seed the new proxies are added to."""
@@ -204,8 +227,11 @@ def bon_sweep(seed, save=lambda result: None, *, proxies=None, result=None):
         proxy, info = train_proxy(train, heldout, seed=seed, **settings)
         reads = {name: proxy}
         if settings.get("ensemble", 1) > 1:
+            members = [RewardModelReward([m], info["tokenizer"], name="proxy") for m in info["models"]]
+            reference = ([p for p, _, cs in pool for _ in cs], [c for _, _, cs in pool for c in cs])
             reads = {f"{name}_mean": proxy,
-                     f"{name}_min": RewardModelReward(info["models"], info["tokenizer"], combine="min", name="proxy")}
+                     f"{name}_min": RewardModelReward(info["models"], info["tokenizer"], combine="min", name="proxy"),
+                     f"{name}_zmin": StandardisedMin(members, reference)}
         for read, fn in reads.items():
             curve, picks = best_of_n(pool, fn, judge)
             gains = [c["gold"] - curve[0]["gold"] for c in curve]
@@ -491,7 +517,8 @@ def draw(ax, points, fits=None, *, label="", color=None):
 
 
 PROXY_NAMES = {"small": "64 pairs", "large": "256 pairs", "centred": "centred (0.1)",
-               "ensemble_mean": "ensemble of 3, mean", "ensemble_min": "ensemble of 3, min"}
+               "ensemble_mean": "ensemble of 3, mean", "ensemble_min": "ensemble of 3, min",
+               "ensemble_zmin": "ensemble of 3, min of standardised"}
 
 
 def _num(x):
