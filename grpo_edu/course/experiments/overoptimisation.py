@@ -270,7 +270,9 @@ def kl_to_init(policy, init, tokenizer, prompts, *, samples=4, seed=0, max_new_t
 GRPO_SETTINGS = {"batch_size": 8, "num_generations": 8, "learning_rate": 1e-4, "eval_size": 0}
 """GRPO against the proxy: the ``sums`` preset with these (β and the steps from the command line)."""
 MEASURE_PROMPTS = 12
-"""Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
+"""Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on."""
+MEASURE_SAMPLES = 4
+"""Fresh answers per measured prompt: each point's gold is the mean of MEASURE_PROMPTS × MEASURE_SAMPLES answers."""
 
 
 def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", learning_rate=None,
@@ -295,7 +297,8 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", learnin
     points, samples = [], {}
 
     def measure(step):
-        kl, s = kl_to_init(trainer.model, init, tok, [r["prompt"] for r in rows], seed=10_000 + step)
+        kl, s = kl_to_init(trainer.model, init, tok, [r["prompt"] for r in rows], samples=MEASURE_SAMPLES,
+                           seed=10_000 + step)
         gold = gold_scores(judge, s["prompts"], s["completions"], [answers[p] for p in s["prompts"]])
         prox = proxy(s["prompts"], s["completions"])
         mean = sum(gold) / len(gold)
