@@ -154,3 +154,16 @@ def test_standardised_min_compares_members_like_with_like():
     assert same(["p"] * 4, answers) == pytest.approx(z)
     opposed = overoptimisation.StandardisedMin([first, reversed_], reference)
     assert opposed(["p"] * 4, answers) == pytest.approx([min(a, -a) for a in z])
+
+
+def test_report_names_a_damaged_or_empty_folder_and_skips_stray_names(tmp_path, capsys):
+    """Issue 66 G01–G03: an empty folder, a stray file name and a file cut in half gave bare tracebacks."""
+    with pytest.raises(SystemExit):
+        overoptimisation.main(["report", "--out", str(tmp_path)])
+    assert "no stored bon sweep" in capsys.readouterr().err
+    (tmp_path / "grpo-beta0.1-lrfast-seed0.json").write_text("{}")
+    assert overoptimisation.grpo_settings(tmp_path) == []
+    (tmp_path / "bon-seed0.json").write_text('{"seed": 0, "proxies": {"small": {"cur')
+    with pytest.raises(SystemExit):
+        overoptimisation.main(["report", "--out", str(tmp_path)])
+    assert "bon-seed0.json is not a readable stored sweep" in capsys.readouterr().err

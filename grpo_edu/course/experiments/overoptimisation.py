@@ -360,7 +360,10 @@ def main(argv=None):
                         help="grpo: a constant learning rate in place of GRPO_SETTINGS' (1e-4, linear decay)")
     args = parser.parse_args(argv)
     if args.what == "report":
-        report(args.out)
+        try:
+            report(args.out)
+        except ValueError as e:                        # an empty or damaged folder: say which, no traceback
+            parser.error(f"--out: {e}")
         return
     out, name, existing, names = _check_sweep_arguments(parser, args)
     t0 = time.time()
@@ -454,7 +457,14 @@ def stored(kind="bon", *, beta=0.0, lr=None, folder=None):
     choice("kind", kind, ("bon", "grpo"))
     folder = Path(folder or STORED)
     pattern = sweep_file(kind, "*", beta=beta, lr=lr)
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(pattern))]
+    runs = []
+    for path in sorted(folder.glob(pattern)):
+        try:
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+            runs[-1]["seed"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail("folder", f"{path} is not a readable stored sweep ({type(e).__name__}: {e})",
+                 "move it away, or make it again with the command it was made by")
     if not runs:
         fail("kind", f"no stored {kind} sweep in {folder}", "make them with the command in this module's docstring")
     return sorted(runs, key=lambda r: r["seed"])
@@ -501,6 +511,8 @@ def grpo_settings(folder=None):
     found = set()
     for path in Path(folder or STORED).glob("grpo-beta*-seed*.json"):
         m = re.fullmatch(r"grpo-beta([0-9.e-]+)(?:-lr([0-9.e-]+))?-seed\d+\.json", path.name)
+        if m is None:                                  # not a name sweep_file gives: not a stored sweep
+            continue
         found.add((float(m.group(1)), float(m.group(2)) if m.group(2) else None))
     return sorted(found, key=lambda s: (s[1] or 0, s[0]))
 
