@@ -111,7 +111,8 @@ PREDICTIONS: dict[str, Prediction] = {
                         "one the reward model scores highest, for n = 1, 2, 4, … 256. The gold score of the kept "
                         "answer will be highest at: 'the largest n', 'a middle n' or 'n = 1'?",
                         choices=("the largest n", "a middle n", "n = 1")),
-    "17.P2": Prediction("GRPO against the same kind of reward model for 16 steps. At the end of the run, the gold "
+    "17.P2": Prediction("GRPO against the same kind of reward model for 16 steps, at a constant learning rate of 3e-4. "
+                        "At the end of the run, the gold "
                         "score compared with the best it reached during the run will be: 'at its best', 'below its "
                         "best' or 'below where it started'?",
                         choices=("at its best", "below its best", "below where it started")),

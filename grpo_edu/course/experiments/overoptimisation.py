@@ -4,8 +4,9 @@ The proxy is a reward model (``training/reward_models``) trained on a few gold-l
 sampled from ``assets/tiny-sums``; the gold is :class:`~grpo_edu.training.reward_models.gold.SumsGoldJudge`.
 Two ways of optimising the proxy, each measured against d = √KL(π‖π_init) (Gao et al. 2022):
 
-``best_of_n``  no training: sample n answers, keep the proxy's favourite; KL_bon = log n − (n−1)/n
-               (``core.overoptimisation.kl_best_of_n``); n = 1 … 256, every n read from the same 256
+``best_of_n``  no training: sample n answers, keep the proxy's favourite; KL_bon ≤ log n − (n−1)/n
+               (``core.overoptimisation.kl_best_of_n``, an upper bound), and the exact KL over the samples'
+               empirical distribution (``kl_best_of_n_exact``); n = 1 … 256, every n read from the same 256
                samples per prompt split into 256/n disjoint groups
 ``grpo``       GRPOTrainer with the proxy as its reward function and the gold logged beside it
                (``reward_weights=[1, 0]``); every few steps, on fixed held-out prompts, the mean gold and
@@ -16,7 +17,9 @@ on different pairs, combined by mean or min; Coste et al. 2023), ``beta`` (GRPO'
 ``center_rewards_coefficient`` (TRL's centring; Eisenstein et al. 2023).
 
 Stored sweeps (seeds 0–2): ``assets/overoptimisation/*.json``, each with the command that made it;
-:func:`stored` reads them. Make them with ``python -m grpo_edu.course.experiments.overoptimisation --help``.
+:func:`stored` reads them. Make them with ``python -m grpo_edu.course.experiments.overoptimisation --help``: a
+sweep is written into ``runs/overoptimisation/`` in the working directory unless ``--out`` names a folder, and a
+file already there is replaced only with ``--overwrite`` (checked before any work).
 """
 
 from __future__ import annotations
@@ -122,39 +125,82 @@ def best_of_n(pool, proxy, judge, ns=NS):
     """Mean gold and proxy of the proxy's pick among n, for each n, from the same samples.
 
     For each prompt its samples are cut into len/n disjoint groups of n and each group's proxy-best taken.
-    Returns ``(curve, info)``: curve one dict per n ``{"n", "kl", "d", "gold", "proxy"}``; info ``picks``
-    {n: [(prompt, answer, pick)]} for the smallest and largest n."""
-    from grpo_edu.core.overoptimisation import kl_best_of_n
+    Returns ``(curve, info)``: curve one dict per n ``{"n", "kl", "d", "kl_exact", "d_exact", "gold", "gold_se",
+    "proxy"}``: ``kl`` the bound log n − (n−1)/n, ``kl_exact`` the exact KL of best-of-n over each prompt's
+    empirical distribution of its samples (a repeated answer one outcome; ``core.overoptimisation.
+    kl_best_of_n_exact``), averaged over prompts; ``gold_se`` the standard error of ``gold`` over its picks.
+    info ``picks`` {n: [(prompt, answer, pick)]} for the smallest and largest n."""
+    from grpo_edu.core.overoptimisation import kl_best_of_n, kl_best_of_n_exact
     from grpo_edu.training.reward_models.gold import gold_scores
     scored = []
     for prompt, answer, completions in pool:
         proxy_scores = proxy([prompt] * len(completions), completions)
+        first = {}
+        for c, s in zip(completions, proxy_scores):                   # one score per distinct answer: one outcome
+            first.setdefault(c, s)
         gold = gold_scores(judge, [prompt] * len(completions), completions, [answer] * len(completions))
-        scored.append((prompt, answer, completions, proxy_scores, gold))
+        scored.append((prompt, answer, completions, proxy_scores, gold, [first[c] for c in completions]))
     curve, kept = [], {}
     for n in ns:
         golds, proxies, picks = [], [], []
-        for prompt, answer, completions, p, g in scored:
+        for prompt, answer, completions, p, g, _ in scored:
             for start in range(0, len(completions) - n + 1, n):
                 best = max(range(start, start + n), key=lambda i: p[i])
                 golds.append(g[best]), proxies.append(p[best]), picks.append((prompt, answer, completions[best]))
         kl, info = kl_best_of_n(n)
-        curve.append({"n": n, "kl": kl, "d": info["d"], "gold": sum(golds) / len(golds),
-                      "proxy": sum(proxies) / len(proxies)})
+        exact = sum(kl_best_of_n_exact(outcomes, n)[0] for *_, outcomes in scored) / len(scored)
+        mean = sum(golds) / len(golds)
+        spread = sum((x - mean) ** 2 for x in golds) / max(len(golds) - 1, 1)
+        curve.append({"n": n, "kl": kl, "d": info["d"], "kl_exact": exact, "d_exact": math.sqrt(exact),
+                      "gold": mean, "gold_se": math.sqrt(spread / len(golds)), "proxy": sum(proxies) / len(proxies)})
         if n in (min(ns), max(ns)):
             kept[n] = picks
     return curve, {"picks": kept}
 
 
+def looks(answer):
+    """What an answer looks like, whatever its arithmetic: ``writes_working`` (a step a+b=c) and
+    ``repeats_last_sum`` (it ends "=s#s", its answer the last step's sum, right or wrong); each 0 or 1."""
+    last = re.search(r"=(\d+)#(\d+)$", answer)
+    return {"writes_working": int(bool(re.search(r"\d\+\d+=\d", answer))),
+            "repeats_last_sum": int(bool(last) and last.group(1) == last.group(2))}
+
+
 def pick_counts(picks, judge):
     """What best-of-n's picks (prompt, answer, pick) are: how many have each gold facet (``length``: longer than the
-    careful worked solution; ``format``: malformed), and their mean length in characters."""
+    careful worked solution; ``format``: malformed) and each of :func:`looks`' traits, and their mean length in
+    characters and its standard deviation (``sd_length``)."""
     counts = {"picks": len(picks)}
     for prompt, answer, pick in picks:
-        for facet, v in judge.facets(prompt, pick, answer).items():
+        for facet, v in {**judge.facets(prompt, pick, answer), **looks(pick)}.items():
             counts[facet] = counts.get(facet, 0) + v
-    counts["mean_length"] = sum(len(p[2]) for p in picks) / max(len(picks), 1)
+    lengths = [len(p[2]) for p in picks]
+    counts["mean_length"] = sum(lengths) / max(len(lengths), 1)
+    counts["sd_length"] = math.sqrt(sum((x - counts["mean_length"]) ** 2 for x in lengths) / max(len(lengths) - 1, 1))
     return counts
+
+
+class StandardisedMin:
+    """An ensemble's most pessimistic score after standardising each member: z_k = (r_k − m_k) / s_k, with m_k and
+    s_k member k's mean and SD over ``reference`` answers (the base policy's), then min_k z_k. Bradley–Terry fixes
+    a model's scores only up to a constant, so the raw min of uncentred members leans towards the member whose
+    offset happens to be lowest; standardised, the min compares like with like. ``members``: one reward function
+    per model; ``reference``: (prompts, completions)."""
+
+    def __init__(self, members, reference):
+        import numpy as np
+        self.members = list(members)
+        self.stats = []
+        for member in self.members:
+            r = np.asarray(member(*reference), dtype=float)                    # (R,)
+            self.stats.append((float(r.mean()), float(r.std()) or 1.0))
+        self.__name__ = self.__qualname__ = "proxy"
+
+    def __call__(self, prompts, completions, **kwargs):
+        import numpy as np
+        z = [(np.asarray(m(prompts, completions), dtype=float) - mean) / sd   # (N,) each
+             for m, (mean, sd) in zip(self.members, self.stats)]
+        return np.min(np.stack(z), axis=0).tolist()                            # (M, N) → (N,)
 
 
 def bon_sweep(seed, save=lambda result: None, *, proxies=None, result=None):
@@ -181,8 +227,11 @@ def bon_sweep(seed, save=lambda result: None, *, proxies=None, result=None):
         proxy, info = train_proxy(train, heldout, seed=seed, **settings)
         reads = {name: proxy}
         if settings.get("ensemble", 1) > 1:
+            members = [RewardModelReward([m], info["tokenizer"], name="proxy") for m in info["models"]]
+            reference = ([p for p, _, cs in pool for _ in cs], [c for _, _, cs in pool for c in cs])
             reads = {f"{name}_mean": proxy,
-                     f"{name}_min": RewardModelReward(info["models"], info["tokenizer"], combine="min", name="proxy")}
+                     f"{name}_min": RewardModelReward(info["models"], info["tokenizer"], combine="min", name="proxy"),
+                     f"{name}_zmin": StandardisedMin(members, reference)}
         for read, fn in reads.items():
             curve, picks = best_of_n(pool, fn, judge)
             gains = [c["gold"] - curve[0]["gold"] for c in curve]
@@ -221,7 +270,9 @@ def kl_to_init(policy, init, tokenizer, prompts, *, samples=4, seed=0, max_new_t
 GRPO_SETTINGS = {"batch_size": 8, "num_generations": 8, "learning_rate": 1e-4, "eval_size": 0}
 """GRPO against the proxy: the ``sums`` preset with these (β and the steps from the command line)."""
 MEASURE_PROMPTS = 12
-"""Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on, 4 answers each."""
+"""Held-out prompts (after the RM's 200) the run's gold, proxy and KL are measured on."""
+MEASURE_SAMPLES = 4
+"""Fresh answers per measured prompt: each point's gold is the mean of MEASURE_PROMPTS × MEASURE_SAMPLES answers."""
 
 
 def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", learning_rate=None,
@@ -246,10 +297,13 @@ def grpo_sweep(seed, *, beta=0.0, steps=24, every=2, proxy_name="small", learnin
     points, samples = [], {}
 
     def measure(step):
-        kl, s = kl_to_init(trainer.model, init, tok, [r["prompt"] for r in rows], seed=10_000 + step)
+        kl, s = kl_to_init(trainer.model, init, tok, [r["prompt"] for r in rows], samples=MEASURE_SAMPLES,
+                           seed=10_000 + step)
         gold = gold_scores(judge, s["prompts"], s["completions"], [answers[p] for p in s["prompts"]])
         prox = proxy(s["prompts"], s["completions"])
-        points.append({"step": step, "kl": kl, "d": math.sqrt(max(kl, 0.0)), "gold": sum(gold) / len(gold),
+        mean = sum(gold) / len(gold)
+        points.append({"step": step, "kl": kl, "d": math.sqrt(max(kl, 0.0)), "gold": mean,
+                       "gold_se": math.sqrt(sum((g - mean) ** 2 for g in gold) / (len(gold) - 1) / len(gold)),
                        "proxy": sum(prox) / len(prox),
                        "mean_length": sum(map(len, s["completions"])) / len(s["completions"])})
         samples[str(step)] = list(zip(s["prompts"], s["completions"]))[:: 8]
@@ -282,54 +336,111 @@ def fit_both(points):
     return fits
 
 
+RUNS = Path("runs") / "overoptimisation"
+"""Where a sweep is written by default: ``runs/overoptimisation`` in the working directory, never the package's own
+stored sweeps (:data:`STORED`, which lesson 17 reads); those are written only by naming them with ``--out``."""
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.overoptimisation",
                                      description="Lesson 17's sweeps: best-of-n and GRPO against a learned proxy.")
     parser.add_argument("what", choices=("bon", "grpo", "report"), help="report: print the stored sweeps' tables")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--out", default=str(STORED))
+    parser.add_argument("--out", default=None,
+                        help=f"bon, grpo: the folder the sweep is written into (default {RUNS} in the working "
+                             "directory); report: the folder read (default the stored sweeps lesson 17 reads)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let a sweep replace a file of the same name in --out (bon --proxies: those proxies)")
     parser.add_argument("--beta", type=float, default=0.0, help="grpo: the KL penalty β")
     parser.add_argument("--steps", type=int, default=24, help="grpo: training steps")
     parser.add_argument("--proxies", default=None,
                         help=f"bon: only these proxies (comma-separated, of {', '.join(PROXIES)}), added to the "
-                             "seed's stored sweep")
+                             "seed's sweep in --out")
     parser.add_argument("--lr", type=float, default=None,
                         help="grpo: a constant learning rate in place of GRPO_SETTINGS' (1e-4, linear decay)")
     args = parser.parse_args(argv)
     if args.what == "report":
-        report(None if args.out == str(STORED) else args.out)
+        try:
+            report(args.out)
+        except ValueError as e:                        # an empty or damaged folder: say which, no traceback
+            parser.error(f"--out: {e}")
         return
-    if args.seed is None:
-        parser.error("--seed is needed to make a sweep (bon or grpo)")
+    out, name, existing, names = _check_sweep_arguments(parser, args)
     t0 = time.time()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = sweep_file(args.what, args.seed, beta=args.beta, lr=args.lr)
-    command = "python -m grpo_edu.course.experiments.overoptimisation " + " ".join(
-        argv if argv is not None else sys.argv[1:])
+    environment = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+                           if k in os.environ)
+    command = " ".join(filter(None, [environment, "python -m grpo_edu.course.experiments.overoptimisation",
+                                     *(argv if argv is not None else sys.argv[1:])]))
+    if existing is not None:
+        command = existing.get("command", "?") + " && " + command
+        t0 -= existing.get("seconds", 0)
+    written = []
 
     def save(result):                     # after each proxy / each measurement: a stopped sweep keeps what it did
+        from grpo_edu.common._checks import write_result_file
+        from grpo_edu.common.safe_files import replace_atomically
         result["command"], result["seconds"] = command, round(time.time() - t0)
         result["kernels"] = os.environ.get("ATEN_CPU_CAPABILITY", "native")
-        (out / name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        text = json.dumps(result, indent=1, sort_keys=True) + "\n"
+        if written:                        # our own file: replaced whole or not at all
+            replace_atomically(written[0], text.encode("utf-8"))
+        else:                              # checked before the work; a file that appeared since is never replaced
+            written.append(write_result_file(out / name, text, overwrite=args.overwrite or existing is not None))
 
     if args.what == "bon":
-        names, existing = None, None
-        if args.proxies:
-            names = [n.strip() for n in args.proxies.split(",")]
-            for n in names:
-                choice("--proxies", n, tuple(PROXIES))
-            if (out / name).exists():
-                existing = json.loads((out / name).read_text(encoding="utf-8"))
-                command = existing.get("command", command) + " && " + command
-                t0 -= existing.get("seconds", 0)
         result = bon_sweep(args.seed, save=save, proxies=names, result=existing)
     else:
         result = grpo_sweep(args.seed, beta=args.beta, steps=args.steps, learning_rate=args.lr, save=save)
     result["complete"] = True
     save(result)
-    print(f"wrote {out / name} in {result['seconds']} s")
+    print(f"wrote {written[0]} in {result['seconds']} s")
 
+
+def _check_sweep_arguments(parser, args):
+    """Every argument of a bon or grpo sweep checked before any work: ``(out, file name, the stored sweep that
+    --proxies adds to or None, the proxies' names or None)``. A file in ``--out`` is replaced only with
+    ``--overwrite`` (bon --proxies: only proxies it does not hold yet are added without it)."""
+    from grpo_edu.common._checks import unwritable_folder
+    if args.seed is None or args.seed < 0:
+        parser.error("--seed: a sweep (bon or grpo) needs a seed, a whole number ≥ 0. Fix: pass --seed 0")
+    if args.what == "grpo":
+        if args.steps < 1:
+            parser.error(f"--steps: must be a whole number ≥ 1, got {args.steps}. Fix: pass e.g. --steps 24")
+        if not math.isfinite(args.beta) or args.beta < 0:
+            parser.error(f"--beta: must be a finite number ≥ 0, got {args.beta}. Fix: pass e.g. --beta 0.04")
+        if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+            parser.error(f"--lr: must be a finite number > 0, got {args.lr}. Fix: pass e.g. --lr 3e-4, or leave it out")
+    elif args.lr is not None or args.beta != 0.0 or args.steps != 24:
+        parser.error("--beta, --steps and --lr: only grpo sweeps take them. Fix: drop them for bon")
+    if args.proxies and args.what != "bon":
+        parser.error("--proxies: only bon sweeps take it. Fix: drop it")
+    out = Path(args.out) if args.out is not None else RUNS
+    blocked = unwritable_folder(out)
+    if blocked is not None:
+        parser.error(f"--out: {blocked} cannot be written into. Fix: pass a folder you can write to")
+    name = sweep_file(args.what, args.seed, beta=args.beta, lr=args.lr)
+    path, names, existing = out / name, None, None
+    if args.proxies:
+        names = [n.strip() for n in args.proxies.split(",")]
+        for n in names:
+            if n not in PROXIES:
+                parser.error(f"--proxies: unknown proxy {n!r}. Fix: use some of {', '.join(PROXIES)}")
+    if os.path.lexists(path) and names is not None:
+        try:
+            existing = json.loads(path.read_text(encoding="utf-8"))
+            held = set(existing["proxies"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            parser.error(f"--proxies: {path} is not a stored best-of-n sweep to add to ({e}). Fix: move it away, "
+                         "or pass another --out")
+        clash = sorted(r for r in held for n in names if r == n or r.startswith(n + "_"))
+        if clash and not args.overwrite:
+            parser.error(f"--proxies: {path} already holds {', '.join(clash)}. Fix: pass --overwrite to replace "
+                         "them, or another --out")
+    elif os.path.lexists(path) and not args.overwrite:
+        parser.error(f"--out: {path} already exists (a stored sweep). Fix: pass another --out, or --overwrite "
+                     "to replace it")
+    out.mkdir(parents=True, exist_ok=True)
+    return out, name, existing, names
 
 
 def sweep_file(kind, seed, *, beta=0.0, lr=None):
@@ -346,7 +457,14 @@ def stored(kind="bon", *, beta=0.0, lr=None, folder=None):
     choice("kind", kind, ("bon", "grpo"))
     folder = Path(folder or STORED)
     pattern = sweep_file(kind, "*", beta=beta, lr=lr)
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob(pattern))]
+    runs = []
+    for path in sorted(folder.glob(pattern)):
+        try:
+            runs.append(json.loads(path.read_text(encoding="utf-8")))
+            runs[-1]["seed"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail("folder", f"{path} is not a readable stored sweep ({type(e).__name__}: {e})",
+                 "move it away, or make it again with the command it was made by")
     if not runs:
         fail("kind", f"no stored {kind} sweep in {folder}", "make them with the command in this module's docstring")
     return sorted(runs, key=lambda r: r["seed"])
@@ -369,15 +487,22 @@ D_BANDS = (0.0, 0.5, 1.0, 2.0, 5.0)
 
 def frontier(runs, bands=D_BANDS):
     """The gold-against-d frontier of several runs (e.g. one β, all seeds): the mean gold of every measured point
-    with d in each band [bands[i], bands[i+1]) (None where no point falls). Returns ``(golds, info)``; info
-    ``counts`` (points per band), ``d_end`` (the mean d where the runs end)."""
+    with 0 < d in each band [bands[i], bands[i+1]) (None where no point falls). Points at d = 0 are left out: every
+    run's start (the same policy on every β) and a KL estimate ≤ 0 that d clamps to 0 say nothing about where a β
+    leads. Returns ``(golds, info)``; info ``counts`` (points per band), ``se`` (each band's standard error from
+    its points' scatter, None below 2 points; points of one run are not independent, so it is a floor),
+    ``dropped`` (the points at d = 0), ``d_end`` (the mean d where the runs end)."""
     points = [p for run in runs for p in run["points"]]
-    golds, counts = [], []
+    golds, counts, ses = [], [], []
     for lo, hi in zip(bands, bands[1:]):
-        inside = [p["gold"] for p in points if lo <= p["d"] < hi]
-        golds.append(sum(inside) / len(inside) if inside else None)
+        inside = [p["gold"] for p in points if lo <= p["d"] < hi and p["d"] > 0]
+        mean = sum(inside) / len(inside) if inside else None
+        golds.append(mean)
         counts.append(len(inside))
-    return golds, {"counts": counts, "d_end": sum(run["points"][-1]["d"] for run in runs) / len(runs)}
+        ses.append(math.sqrt(sum((g - mean) ** 2 for g in inside) / (len(inside) - 1) / len(inside))
+                   if len(inside) > 1 else None)
+    return golds, {"counts": counts, "se": ses, "dropped": sum(p["d"] <= 0 for p in points),
+                   "d_end": sum(run["points"][-1]["d"] for run in runs) / len(runs)}
 
 
 def grpo_settings(folder=None):
@@ -386,6 +511,8 @@ def grpo_settings(folder=None):
     found = set()
     for path in Path(folder or STORED).glob("grpo-beta*-seed*.json"):
         m = re.fullmatch(r"grpo-beta([0-9.e-]+)(?:-lr([0-9.e-]+))?-seed\d+\.json", path.name)
+        if m is None:                                  # not a name sweep_file gives: not a stored sweep
+            continue
         found.add((float(m.group(1)), float(m.group(2)) if m.group(2) else None))
     return sorted(found, key=lambda s: (s[1] or 0, s[0]))
 
@@ -405,19 +532,26 @@ def draw(ax, points, fits=None, *, label="", color=None):
 
 
 PROXY_NAMES = {"small": "64 pairs", "large": "256 pairs", "centred": "centred (0.1)",
-               "ensemble_mean": "ensemble of 3, mean", "ensemble_min": "ensemble of 3, min"}
+               "ensemble_mean": "ensemble of 3, mean", "ensemble_min": "ensemble of 3, min",
+               "ensemble_zmin": "ensemble of 3, min of standardised"}
 
 
 def _num(x):
     return f"{x:.2f}".replace("-", "−")
 
 
+def _with_se(point):
+    """A point's gold, with ± its standard error where the sweep stored one."""
+    return _num(point["gold"]) + (f" ± {point['gold_se']:.2f}" if "gold_se" in point else "")
+
+
 def report(folder=None):
     """The stored sweeps as the markdown tables of docs/learned-rewards.md: ``python -m
     grpo_edu.course.experiments.overoptimisation report [--out FOLDER]``. Returns the lines it prints."""
-    lines = ["Best-of-n against each proxy (n = 1 … 256):", "",
-             "| seed | proxy | held-out pair accuracy | gold at n = 1 | gold peak (n, d) | gold at n = 256 | α | β "
-             "| fitted d_peak |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["Best-of-n against each proxy (n = 1 … 256; d the bound √(log n − (n−1)/n), exact d where stored; "
+             "± one standard error over the picks where stored):", "",
+             "| seed | proxy | held-out pair accuracy | gold at n = 1 | gold peak (n, d, exact d) | gold at n = 256 | α "
+             "| β | fitted d_peak | r² |", "|---|---|---|---|---|---|---|---|---|---|"]
     bon = stored("bon", folder=folder)
     for name, label in PROXY_NAMES.items():
         for run in bon:
@@ -427,9 +561,11 @@ def report(folder=None):
             curve, fit = proxy["curve"], proxy["fit_bon"]
             d, info = gold_peak(curve)
             acc = sum(proxy["heldout_accuracy"]) / len(proxy["heldout_accuracy"])
-            lines.append(f"| {run['seed']} | {label} | {acc:.2f} | {_num(curve[0]['gold'])} | "
-                         f"{_num(info['gold_peak'])} ({curve[info['index']]['n']}, {d:.2f}) | {_num(curve[-1]['gold'])} "
-                         f"| {fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} |")
+            peak = curve[info["index"]]
+            exact = f"{peak['d_exact']:.2f}" if "d_exact" in peak else "—"
+            lines.append(f"| {run['seed']} | {label} | {acc:.2f} | {_with_se(curve[0])} | "
+                         f"{_num(info['gold_peak'])} ({peak['n']}, {d:.2f}, {exact}) | {_with_se(curve[-1])} "
+                         f"| {fit['alpha']:.2f} | {fit['beta']:.2f} | {fit['d_peak']:.2f} | {fit['r2']:.3f} |")
     lines += ["", "GRPO against the 64-pair proxy, Gao's RL form fitted to each run:", "",
               "| seed | β | learning rate | steps | gold at start | gold peak (d) | gold at end | d at end | RL fit α "
               "| β | d_peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -442,13 +578,15 @@ def report(folder=None):
             lines.append(f"| {run['seed']} | {beta:g} | {rate} | {points[-1]['step']} | {_num(points[0]['gold'])} | "
                          f"{_num(info['gold_peak'])} ({d:.2f}) | {_num(points[-1]['gold'])} | {points[-1]['d']:.2f} | "
                          f"{fitted} |")
-    lines += ["", "GRPO at the constant 3e-4: the mean gold of all seeds' points in each band of d, and where the runs "
-              "end:", "", "| β | " + " | ".join(f"{lo:g} ≤ d < {hi:g}" for lo, hi in zip(D_BANDS, D_BANDS[1:]))
+    lines += ["", "GRPO at the constant 3e-4: the mean gold of all seeds' points in each band of d (the points at d = 0 "
+              "left out) ± its standard error from the points' scatter, and where the runs end:", "",
+              "| β | " + " | ".join(f"{lo:g} {'<' if lo == 0 else '≤'} d < {hi:g}" for lo, hi in zip(D_BANDS, D_BANDS[1:]))
               + " | d at end (mean of seeds) |", "|---" * (len(D_BANDS) + 1) + "|"]
     for beta, lr in grpo_settings(folder):
         if lr == 3e-4:
             golds, info = frontier(stored("grpo", beta=beta, lr=lr, folder=folder))
-            lines.append(f"| {beta:g} | " + " | ".join("—" if g is None else _num(g) for g in golds)
+            lines.append(f"| {beta:g} | " + " | ".join("—" if g is None else _num(g) + ("" if se is None else f" ± {se:.2f}")
+                                                         for g, se in zip(golds, info["se"]))
                          + f" | {info['d_end']:.2f} |")
     print("\n".join(lines))
     return lines
