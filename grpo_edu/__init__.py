@@ -13,6 +13,7 @@ checks every import in the source):
     ``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic; the lr schedule
     ``policy_gradient`` the log-derivative trick, baselines, importance sampling (toy demos)
     ``advantages``      group-relative advantages Â_i = (R_i − μ)/(σ + eps)
+    ``process_advantages`` GRPO with process supervision: per-token Â from step rewards (DeepSeekMath §4.1.3, lesson 17b)
     ``kl``              per-token KL estimators k1, k2, k3 against π_ref
     ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
     ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
@@ -42,6 +43,7 @@ checks every import in the source):
   ``task/`` — what a model is asked and how its answers are scored
     ``tasks``           verifiable tasks (addition, …) and prompt-file loading
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
+    ``sums_steps``      exact step labels of the sums working: which step went wrong (lesson 17b)
     ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
     ``words``           word problems in English and Chinese, answered in <think>/<answer> tags (lesson 16)
     ``task_setup``      what a task needs to run: its bundled model, its tool, a tokenizer that writes its answers

@@ -4,7 +4,7 @@
                 LoRA, PPO's critic
 ``rollouts/``   sampling answers with their log-probs (``rollout``, ``engine`` with its ``static_cache`` and
                 ``cuda_graphs``), the training ``passes``, ``tools`` and ``multi_turn`` rollouts
-``task/``       the tasks (``tasks``, ``sums``, ``calc``, ``words``, ``task_setup``), their ``rewards``, ``evaluation``
+``task/``       the tasks (``tasks``, ``sums`` with its exact ``sums_steps`` labels, ``calc``, ``words``, ``task_setup``), their ``rewards``, ``evaluation``
 ``trainers/``   ``config``, ``trainer`` (the algorithm box) with its ``run_state``, GRPO's ``family``, ``replay``
 ``runs/``       a run on disk: ``checkpoint``, ``run_folder``
 ``text/``       real text (lesson 16): ``chat`` templates, the ``completion_mask``, answer ``extraction``, the
@@ -24,7 +24,7 @@ from grpo_edu.common import rooms
 ROOMS = {
     "model": ("models", "tokenizer", "chat_tokenizer", "make_model", "lora", "critic"),
     "rollouts": ("rollout", "engine", "static_cache", "cuda_graphs", "passes", "tools", "multi_turn"),
-    "task": ("tasks", "sums", "calc", "words", "task_setup", "rewards", "evaluation"),
+    "task": ("tasks", "sums", "sums_steps", "calc", "words", "task_setup", "rewards", "evaluation"),
     "trainers": ("config", "trainer", "run_state", "family", "replay"),
     "runs": ("checkpoint", "run_folder"),
     "text": ("chat", "completion_mask", "extraction", "format_reward", "drift"),

@@ -1,0 +1,152 @@
+"""Exact step labels of the sums model's working, and GRPO's advantages from step rewards (DeepSeekMath §4.1.3)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_edu.core.advantages import group_advantages
+from grpo_edu.core.process_advantages import process_advantages
+from grpo_edu.training.task.sums import SumsTask, worked_solution
+from grpo_edu.training.task.sums_steps import first_error, right_answer_wrong_working, step_labels, step_spans
+
+
+# ---- step labels, by hand --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prompt, completion, labels", [
+    ("3+8+5=", "3+8=11;11+5=16#16", [1, 1, 1]),          # a careful student
+    ("3+8+5=", "#16", [1]),                               # a direct answer, right
+    ("3+8+5=", "#17", [0]),                               # a direct answer, wrong
+    ("3+8+5=", "3+8=12;12+5=16#16", [0, 0, 1]),           # errors that cancel: right answer, two wrong steps
+    ("3+8+5=", "3+8=12;12+5=17#17", [0, 1, 1]),           # one slip, carried on correctly: the answer is wrong
+    ("3+8+5=", "3+8=11;11+4=15#15", [1, 0, 1]),           # adds the wrong term
+    ("3+8+5=", "3+8=11;12+5=17#17", [1, 0, 1]),           # starts from a number it did not reach
+    ("3+8+5=", "3+8=11#16", [1, 1]),                      # stops early, adds the rest in its head
+    ("3+8+5=", "3+8=11#11", [1, 0]),                      # stops early and forgets a term
+    ("3+8+5=", "8+3=11;11+5=16#16", [0, 1, 1]),           # not the prompt's order: the first step is wrong
+    ("3+8+5=", "3+8=11;11+5=16;16+1=17#17", [1, 1, 0, 1]),  # a step past the last term
+    ("3+8+5=", "3+8=11;11+5=16#61", [1, 1, 0]),           # right working, answer copied wrong
+])
+def test_step_labels_by_hand(prompt, completion, labels):
+    assert step_labels(prompt, completion) == labels
+    assert len(step_spans(completion)) == len(labels)
+
+
+def test_spans_cover_the_completion_and_end_on_separators():
+    completion = "3+8=11;11+5=16#16"
+    spans = step_spans(completion)
+    assert "".join(completion[a:b] for a, b in spans) == completion
+    assert [completion[b - 1] for a, b in spans[:-1]] == [";", "#"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=6))
+def test_a_worked_solution_is_right_at_every_step(terms):
+    prompt = "+".join(map(str, terms)) + "="
+    completion = worked_solution(terms)
+    assert step_labels(prompt, completion) == [1] * len(terms)
+    assert SumsTask("sums", "").working_is_right(prompt, completion)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=6), st.data())
+def test_one_changed_result_makes_that_step_wrong_and_only_it(terms, data):
+    """Changing step j's result makes step j wrong; the next step (which starts from the written result) stays right."""
+    prompt = "+".join(map(str, terms)) + "="
+    steps = worked_solution(terms).split("#")[0].split(";")
+    j = data.draw(st.integers(0, len(steps) - 1))
+    a_b, c = steps[j].split("=")
+    steps[j] = f"{a_b}={int(c) + data.draw(st.integers(1, 5))}"
+    if j + 1 < len(steps):                                  # the next step continues from the written result
+        nxt_a, rest = steps[j + 1].split("+", 1)
+        term = int(rest.split("=")[0])
+        new_c = int(steps[j].split("=")[1])
+        steps[j + 1] = f"{new_c}+{term}={new_c + term}"
+        for k in range(j + 2, len(steps)):
+            prev = int(steps[k - 1].split("=")[1])
+            term = int(steps[k].split("+", 1)[1].split("=")[0])
+            steps[k] = f"{prev}+{term}={prev + term}"
+    last = int(steps[-1].split("=")[1])
+    labels = step_labels(prompt, ";".join(steps) + f"#{last}")
+    assert first_error(labels) == j
+    assert labels == [1] * j + [0] + [1] * (len(labels) - j - 1)
+
+
+@pytest.mark.parametrize("completion", ["", "11", "3+8=11;", "3+8=11#", " #16", "#16<eos>", "3+8=11 #11", "#-1"])
+def test_a_completion_that_cannot_be_split_is_refused_by_name(completion):
+    with pytest.raises(ValueError, match="completion: cannot be split into steps"):
+        step_labels("3+8+5=", completion)
+
+
+@pytest.mark.parametrize("prompt", ["3+8+5", "3 + 8=", "hello", "7="])
+def test_a_prompt_that_is_not_a_sum_is_refused_by_name(prompt):
+    with pytest.raises(ValueError, match="prompt: is not a sums prompt"):
+        step_labels(prompt, "#16")
+
+
+def test_first_error_and_its_checks():
+    assert first_error([1, 1, 0, 1, 0]) == 2
+    assert first_error([1, 1, 1]) == -1
+    with pytest.raises(ValueError, match="labels: holds 2"):
+        first_error([1, 2, 0])
+
+
+def test_right_answer_wrong_working_rate():
+    prompts = ["3+8+5="] * 5
+    completions = ["3+8=11;11+5=16#16", "3+8=12;12+5=16#16", "#16", "3+8=11;11+5=17#17", "nonsense"]
+    rate, info = right_answer_wrong_working(prompts, completions, ["16"] * 5)
+    assert info == {"right": 3, "right_wrong_working": 1, "malformed": 1, "total": 5}
+    assert rate == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="completions: has 1 entries"):
+        right_answer_wrong_working(prompts, completions[:1], ["16"] * 5)
+
+
+# ---- GRPO with process supervision ------------------------------------------------------------------------------
+
+def test_process_advantages_by_hand():
+    """Two completions of 4 tokens, steps ending at tokens 1 and 3. R = {1, 0, 1, 1}: mean 0.75, std (ddof 1) 0.5."""
+    adv, info = process_advantages([[1, 0], [1, 1]], [[1, 3], [1, 3]], [4, 4], eps=0.0)
+    assert info["mean"] == 0.75 and info["std"] == pytest.approx(0.5)
+    # r̃ = 0.5, −1.5 and 0.5, 0.5; a token sums the steps ending at or after it
+    np.testing.assert_allclose(adv, [[-1.0, -1.0, -1.5, -1.5], [1.0, 1.0, 0.5, 0.5]])
+    adv_min, _ = process_advantages([[1, 0], [1, 1]], [[1, 3], [1, 3]], [4, 4], eps=0.0, form="min")
+    np.testing.assert_allclose(adv_min, [[-1.5, -1.5, -1.5, -1.5], [0.5, 0.5, 0.5, 0.5]])
+
+
+def test_the_wrong_step_carries_the_blame_and_later_steps_do_not():
+    # completion 0: right, wrong, right (ends 2, 5, 8); completion 1: all right; tokens 9 long with padding after
+    adv, info = process_advantages([[1, 0, 1], [1, 1, 1]], [[2, 5, 8], [2, 5, 8]], [9, 9], eps=0.0)
+    r = info["normalised"][0]
+    assert r[1] < 0 < r[0]
+    np.testing.assert_allclose(adv[0, 6:9], r[2])             # after the wrong step: only the last step's reward
+    np.testing.assert_allclose(adv[0, 3:6], r[1] + r[2])      # the wrong step's tokens carry its negative reward
+    assert adv[0, 4] < adv[1, 4]
+
+
+def test_one_step_per_completion_is_outcome_grpo():
+    """With one step ending at the last token, GRPO+PS gives every token the outcome advantage (DeepSeekMath eq. 3)."""
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0]
+    lengths = [3, 5, 2, 4, 4]
+    adv, _ = process_advantages([[r] for r in rewards], [[n - 1] for n in lengths], lengths)
+    outcome = group_advantages([rewards])[0]
+    for i, n in enumerate(lengths):
+        np.testing.assert_allclose(adv[i, :n], outcome[i])
+        assert (adv[i, n:] == 0).all()
+
+
+def test_a_constant_group_gets_exactly_zero():
+    adv, _ = process_advantages([[1, 1], [1]], [[0, 2], [1]], [3, 2])
+    assert (adv == 0).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(step_rewards=[[1, 0]], step_ends=[[0, 1]], lengths=[2]), "step_rewards: must hold one list"),
+    (dict(step_rewards=[[1, 0], [1]], step_ends=[[0], [0]], lengths=[2, 2]), r"step_ends\[0\]: has 1 step ends"),
+    (dict(step_rewards=[[1, 0], [1]], step_ends=[[1, 0], [0]], lengths=[2, 2]), r"step_ends\[0\]: must be increasing"),
+    (dict(step_rewards=[[1, 0], [1]], step_ends=[[0, 2], [0]], lengths=[2, 2]), r"step_ends\[0\]: must be increasing"),
+    (dict(step_rewards=[[1, float("nan")], [1]], step_ends=[[0, 1], [0]], lengths=[2, 2]), r"step_rewards\[0\]: holds"),
+    (dict(step_rewards=[[1], [0]], step_ends=[[0], [0]], lengths=[1, 1], form="max"), "form: unknown value"),
+])
+def test_bad_input_is_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        process_advantages(**kwargs)
