@@ -150,3 +150,88 @@ def test_a_constant_group_gets_exactly_zero():
 def test_bad_input_is_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
         process_advantages(**kwargs)
+
+
+# ---- Monte-Carlo labels against the exact ones ------------------------------------------------------------------
+
+from types import SimpleNamespace
+
+from grpo_edu.training.reward_models import monte_carlo_labels as mc
+from grpo_edu.training.task.sums import terms_of
+
+
+def _completer(rule):
+    """A fake engine.generate whose endings follow ``rule(terms, working_so_far) → ending``."""
+    def generate(model, tokenizer, prompts, *, num_generations, **kwargs):
+        endings = []
+        for text in prompts:
+            prompt, working = text.split("=", 1)
+            endings += [rule(terms_of(prompt + "="), working)] * num_generations
+        return SimpleNamespace(completions=endings)
+    return generate
+
+
+def _careful(terms, working):
+    """Continues correctly from what is written (the last written result, then the terms not yet added)."""
+    steps = [s for s in working.rstrip(";#").split(";") if s] if not working.endswith("#") else \
+        [s for s in working[:-1].split(";") if s]
+    total = int(steps[-1].split("=")[1]) if steps else terms[0]
+    rest = terms[len(steps) + 1:]
+    if working.endswith("#"):
+        return str(total + sum(rest))
+    out = []
+    for t in rest:
+        out.append(f"{total}+{t}={total + t}")
+        total += t
+    return ";".join(out) + f"#{total}"
+
+
+def test_monte_carlo_labels_repair_gives_a_false_positive_and_a_failing_completer_false_negatives(monkeypatch):
+    model = __import__("torch").nn.Linear(1, 1)
+    prompt, answer = "3+8+5=", "16"
+    repaired = "3+8=12;12+4=16#16"           # exact [0, 0, 1]: two wrong steps, the second repairs the first
+    monkeypatch.setattr(mc.engine, "generate", _completer(_careful))
+    hard, info = mc.monte_carlo_labels(model, None, [prompt], [repaired], [answer], num_completions=4)
+    assert hard == [[0, 1, 1]]                # step 2 is wrong, yet every ending after it reaches 16
+    assert info["soft"] == [[0.0, 1.0, 1.0]] and info["endings"] == 2 * 4
+    matrix, stats = mc.confusion([[0, 0, 1]], hard)
+    assert matrix == {"tp": 1, "fp": 1, "fn": 0, "tn": 1}
+    assert stats["false_positive_rate"] == 0.5
+
+    monkeypatch.setattr(mc.engine, "generate", _completer(lambda terms, working: "#0"))
+    hard, _ = mc.monte_carlo_labels(model, None, [prompt], ["3+8=11;11+5=16#16"], [answer], num_completions=4)
+    assert hard == [[0, 0, 1]]                # right steps, a completer that always fails: false negatives
+    matrix, stats = mc.confusion([[1, 1, 1]], hard)
+    assert matrix == {"tp": 1, "fp": 0, "fn": 2, "tn": 0} and stats["recall"] == pytest.approx(1 / 3)
+
+
+def test_monte_carlo_labels_on_the_sums_model():
+    """The real path: the bundled sums model completes from every cut; the answer step is its correctness."""
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("bundled-sums")
+    prompts = ["3+8+5=", "2+4=", "9+9+9+1="]
+    completions = ["3+8=11;11+5=16#16", "#7", "9+9=18;18+9=27;27+1=28#29"]
+    hard, info = mc.monte_carlo_labels(model, tok, prompts, completions, ["16", "6", "28"], num_completions=3)
+    assert [len(h) for h in hard] == [3, 1, 4]
+    assert [h[-1] for h in hard] == [1, 0, 0]
+    assert all(h == int(s > 0) for hs, ss in zip(hard, info["soft"]) for h, s in zip(hs, ss))
+    assert all(s * 3 == round(s * 3) for ss in info["soft"] for s in ss)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_completions=0), "num_completions: must be an integer ≥ 1"),
+    (dict(completions=["3+8=11 #11"]), r"completions\[0\]: cannot be split into steps"),
+    (dict(answers=[]), "completions: has 1 entries"),
+])
+def test_monte_carlo_labels_refuse_bad_input_by_name(kwargs, match):
+    args = dict(prompts=["3+8="], completions=["#11"], answers=["11"]) | kwargs
+    with pytest.raises(ValueError, match=match):
+        mc.monte_carlo_labels(None, None, args.pop("prompts"), args.pop("completions"), args.pop("answers"), **args)
+
+
+def test_confusion_refuses_soft_or_mismatched_labels():
+    with pytest.raises(ValueError, match=r"estimated\[0\]: holds a label outside"):
+        mc.confusion([[1, 0]], [[1, 0.5]])
+    with pytest.raises(ValueError, match=r"estimated\[0\]: has 1 steps for 2"):
+        mc.confusion([[1, 0]], [[1]])
