@@ -166,7 +166,8 @@ def _completer(rule):
         endings = []
         for text in prompts:
             prompt, working = text.split("=", 1)
-            endings += [rule(terms_of(prompt + "="), working)] * num_generations
+            ending = rule(terms_of(prompt + "="), working)
+            endings += ending if isinstance(ending, list) else [ending] * num_generations
         return SimpleNamespace(completions=endings)
     return generate
 
@@ -203,6 +204,12 @@ def test_monte_carlo_labels_repair_gives_a_false_positive_and_a_failing_complete
     assert hard == [[0, 0, 1]]                # right steps, a completer that always fails: false negatives
     matrix, stats = mc.confusion([[1, 1, 1]], hard)
     assert matrix == {"tp": 1, "fp": 0, "fn": 2, "tn": 0} and stats["recall"] == pytest.approx(1 / 3)
+
+
+def test_one_right_ending_in_four_is_a_hard_1_and_a_soft_quarter(monkeypatch):
+    monkeypatch.setattr(mc.engine, "generate", _completer(lambda terms, w: [_careful(terms, w)] + ["#0"] * 3))
+    hard, info = mc.monte_carlo_labels(__import__("torch").nn.Linear(1, 1), None, ["3+8+5="], ["3+8=11;11+5=16#16"], ["16"], num_completions=4)
+    assert hard == [[1, 1, 1]] and info["soft"] == [[0.25, 0.25, 1.0]]
 
 
 def test_monte_carlo_labels_on_the_sums_model():
