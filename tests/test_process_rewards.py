@@ -242,3 +242,69 @@ def test_confusion_refuses_soft_or_mismatched_labels():
         mc.confusion([[1, 0]], [[1, 0.5]])
     with pytest.raises(ValueError, match=r"estimated\[0\]: has 1 steps for 2"):
         mc.confusion([[1, 0]], [[1]])
+
+
+# ---- the trainer reaches it -----------------------------------------------------------------------------------
+
+from grpo_edu.training.trainers.config import GRPOConfig
+
+
+def test_the_trainer_gives_each_token_the_formula_by_hand():
+    """Two answers to 3+8+5= (17 characters and <eos>): R = {1,1,1, 0,0,1}, mean 2/3, std (ddof 1) √(4/15).
+    r̃ = +0.6455 for a right step, −1.2910 for a wrong one; steps end at tokens 6, 14 and 17 (the <eos>)."""
+    import dataclasses
+
+    import torch
+
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
+
+    config = dataclasses.replace(GRPOConfig.preset("sums"), process_supervision="exact", batch_size=1,
+                                 num_generations=2, total_training_steps=1, eval_size=0)
+    trainer = GRPOTrainer(config)
+    completions = ["3+8=11;11+5=16#16", "3+8=12;12+5=16#16"]
+    rollout = SimpleNamespace(num_generations=2, completions=completions, completion_ids=torch.zeros(2, 20),
+                              lengths=torch.tensor([18, 18]))
+    adv = trainer._process_advantages([{"prompt": "3+8+5=", "answer": "16"}], rollout)
+    right, wrong = 1 / 3 / (4 / 15) ** 0.5, -2 / 3 / (4 / 15) ** 0.5
+    expected = torch.zeros(2, 20)
+    expected[0, :7], expected[0, 7:15], expected[0, 15:18] = 3 * right, 2 * right, right
+    expected[1, :7], expected[1, 7:15], expected[1, 15:18] = 2 * wrong + right, wrong + right, right
+    torch.testing.assert_close(adv, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_a_process_supervised_run_trains_from_the_cli_settings(tmp_path):
+    import dataclasses
+    import math
+
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
+
+    config = dataclasses.replace(GRPOConfig.preset("sums"), process_supervision="exact", process_credit="min",
+                                 batch_size=2, num_generations=4, total_training_steps=2, eval_size=0)
+    trainer = GRPOTrainer(config)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = [trainer.step() for _ in range(2)]
+    assert all(math.isfinite(m["loss"]) for m in metrics)
+    assert any((p.detach() != b).any() for p, b in zip(trainer.model.parameters(), before))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(process_supervision="exact"), "process_supervision: is 'exact'.*clash: task"),
+    (dict(process_supervision="exact", task="sums", model="bundled-sums", replay_ratio=0.3),
+     "process_supervision: .*clash: replay_ratio"),
+    (dict(process_credit="min"), "process_credit: is 'min' but process_supervision is 'none'"),
+    (dict(process_supervision="yes"), "process_supervision: unknown value"),
+])
+def test_process_supervision_settings_are_checked_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GRPOConfig(**kwargs)
+
+
+def test_export_says_process_supervision_is_course_only():
+    import dataclasses
+
+    from grpo_edu.beyond.export import to_trl, to_verl
+
+    config = dataclasses.replace(GRPOConfig.preset("sums"), process_supervision="exact")
+    assert "process_supervision" in dict(to_trl(config)[1]["unmatched"])
+    assert "process_supervision" in dict(to_verl(config)[1]["unmatched"])
+    assert "process_supervision" not in dict(to_trl(GRPOConfig.preset("sums"))[1]["unmatched"])

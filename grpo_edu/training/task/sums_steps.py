@@ -139,3 +139,19 @@ def right_answer_wrong_working(prompts: list[str], completions: list[str], answe
     rate = wrong_working / right if right else 0.0
     return rate, {"right": right, "right_wrong_working": wrong_working, "malformed": malformed,
                   "total": len(completions)}
+
+
+def step_rewards(prompt: str, completion: str) -> tuple[list[float], list[int]]:
+    """The exact checker as a process reward: ``(rewards, ends)``, one 0/1 reward per step and each step's end
+    (in characters, exclusive). A completion outside the format cannot be split: it is one step, rewarded 0
+    (as an outcome reward scores it wrong), ending at its last character.
+
+    >>> step_rewards("3+8+5=", "3+8=12;12+5=16#16")
+    ([0.0, 0.0, 1.0], [7, 15, 17])
+    >>> step_rewards("3+8+5=", "3+8=11;11")
+    ([0.0], [9])
+    """
+    completion = completion.strip()
+    if not FORMAT.match(completion):
+        return [0.0], [len(completion)]
+    return [float(label) for label in step_labels(prompt, completion)], [end for _, end in step_spans(completion)]
