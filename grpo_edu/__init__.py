@@ -111,6 +111,7 @@ checks every import in the source):
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
     ``text_clinic``     lesson 16's clinic of text failures: no template, pad = eos, a regex, two graders, drift
     ``overoptimisation`` lesson 17's sweeps: best-of-n and GRPO against a learned reward model, the gold beside it
+    ``process_rewards`` lesson 17b's runs: outcome GRPO against GRPO+PS, Monte-Carlo step labels against the exact ones
     ``asynchronous``    lesson 18's runs: the staleness sweep, the correction ladder, the mismatches, wall-clock
   ``classroom/`` — the instructor's and the room's tools
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)

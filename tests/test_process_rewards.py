@@ -308,3 +308,17 @@ def test_export_says_process_supervision_is_course_only():
     assert "process_supervision" in dict(to_trl(config)[1]["unmatched"])
     assert "process_supervision" in dict(to_verl(config)[1]["unmatched"])
     assert "process_supervision" not in dict(to_trl(GRPOConfig.preset("sums"))[1]["unmatched"])
+
+
+def test_the_experiment_refuses_to_replace_a_stored_file_before_any_run(tmp_path, capsys):
+    from grpo_edu.course.experiments import process_rewards
+
+    stored = tmp_path / "compare.json"
+    stored.write_text('{"kept": true}')
+    for command in ("compare", "labels"):
+        with pytest.raises(SystemExit):
+            process_rewards.main([command, "--json", str(stored)])
+        assert "--json" in capsys.readouterr().err
+    assert stored.read_text() == '{"kept": true}'
+    with pytest.raises(SystemExit):
+        process_rewards.main(["labels", "--completions", "0"])

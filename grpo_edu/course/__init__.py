@@ -21,7 +21,7 @@ ROOMS = {
     "aids": ("viz", "viz_runs", "widgets", "exercises", "exercise_bank", "exercise_solutions", "prediction_bank",
              "claims"),
     "experiments": ("forgetting", "replay_advice", "clinic", "variants", "family", "cost_of_a_step", "tools_runs",
-                    "text_clinic", "overoptimisation", "asynchronous"),
+                    "text_clinic", "overoptimisation", "process_rewards", "asynchronous"),
     "classroom": ("doctor", "answers", "copy_lessons", "site"),
     "testing": ("lesson_times", "kernel_start", "browser", "screenshots"),
 }
