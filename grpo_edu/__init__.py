@@ -119,6 +119,7 @@ checks every import in the source):
     ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
     ``site``            the course as a website that works offline, search in English and Chinese (grpo-edu site)
     ``site_folder``     the site's build folder: checked first, one build at a time, nothing left running
+    ``site_font``       the site's own Chinese font: Noto Sans SC cut down to the course's characters (OFL)
   ``testing/`` — the test run's tooling
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
     ``kernel_start``    a notebook kernel that dies while starting (a port race) started again (a pytest plugin)
