@@ -70,6 +70,7 @@ checks every import in the source):
     ``preference_data`` pairs sampled from a model, labelled by the gold judge, checked
     ``reward_trainer``  training a reward model with the Bradley–Terry loss
     ``reward_function`` a reward model (or an ensemble, mean or min) as GRPO's reward function
+    ``process_reward_model`` a PRM: a score per step from a per-token head, trained on step labels (lesson 17b)
     ``monte_carlo_labels`` Math-Shepherd's step labels from N endings, and their confusion with the exact ones (lesson 17b)
   ``asynchronous/`` — sampling and training apart (lesson 18)
     ``versions``        published weights by version, tagged batches as safetensors files, the lag's draw plan

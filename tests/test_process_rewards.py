@@ -322,3 +322,76 @@ def test_the_experiment_refuses_to_replace_a_stored_file_before_any_run(tmp_path
     assert stored.read_text() == '{"kept": true}'
     with pytest.raises(SystemExit):
         process_rewards.main(["labels", "--completions", "0"])
+
+
+# ---- a process reward model ------------------------------------------------------------------------------------
+
+from grpo_edu.training.reward_models import process_reward_model as prm
+
+
+@pytest.fixture(scope="module")
+def sums_solutions():
+    """Well-formed answers of the bundled sums model to 200 train prompts (4 each), with their exact step labels."""
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+    from grpo_edu.training.task.evaluation import sample_completions
+    from grpo_edu.training.task.sums import FORMAT
+    from grpo_edu.training.task.tasks import get_task
+
+    rows = get_task("sums").split("train", 200)
+    model, tok = load_model_and_tokenizer("bundled-sums")
+    texts, _ = sample_completions(model, tok, [r["prompt"] for r in rows], num_samples=4, seed=0, max_new_tokens=42)
+    data = [(rows[i // 4]["prompt"], t.strip()) for i, t in enumerate(texts) if FORMAT.match(t.strip())]
+    return [p for p, _ in data], [c for _, c in data], [step_labels(p, c) for p, c in data]
+
+
+def _auc(probs, labels):
+    pos = [p for row, ys in zip(probs, labels) for p, y in zip(row, ys) if y == 1]
+    neg = [p for row, ys in zip(probs, labels) for p, y in zip(row, ys) if y == 0]
+    return sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
+
+
+def test_a_prm_reads_each_step_at_its_last_token():
+    from grpo_edu.training.model.models import sums_model_dir
+
+    model, tok = prm.make_process_reward_model(sums_model_dir())
+    ids, positions = prm.step_positions(tok, ["3+8+5="], ["3+8=11;11+5=16#16"])
+    assert [tok.decode([ids[0][p]]) for p in positions[0]] == [";", "#", "6"]
+    assert len(prm.step_probabilities(model, tok, ["3+8+5="], ["3+8=11;11+5=16#16"])[0]) == 3
+
+
+def test_a_prm_learns_which_steps_are_wrong(sums_solutions):
+    """Trained on the exact labels of 3/4 of the answers, it ranks the held-out wrong steps below the right ones."""
+    from grpo_edu.training.model.models import sums_model_dir
+
+    prompts, completions, labels = sums_solutions
+    n = len(prompts) * 3 // 4
+    model, tok = prm.make_process_reward_model(sums_model_dir(), seed=0)
+    before = _auc(prm.step_probabilities(model, tok, prompts[n:], completions[n:]), labels[n:])
+    model, history = prm.train_process_reward_model(model, tok, prompts[:n], completions[:n], labels[:n], steps=100)
+    after = _auc(prm.step_probabilities(model, tok, prompts[n:], completions[n:]), labels[n:])
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert after > 0.75 and after > before + 0.1, (before, after)
+
+
+def test_solution_scores_and_outcome_labels():
+    assert prm.solution_scores([[0.5, 0.8], [0.9]], "prod") == [0.4, 0.9]
+    assert prm.solution_scores([[0.5, 0.8], [0.9]], "min") == [0.5, 0.9]
+    assert prm.solution_scores([[0.5, 0.8], [0.9]], "last") == [0.8, 0.9]
+    assert prm.outcome_labels(["3+8=11#11", "#16"], [False, True]) == [[0.0, 0.0], [1.0]]
+    with pytest.raises(ValueError, match="how: unknown value"):
+        prm.solution_scores([[0.5]], "mean")
+
+
+def test_a_prm_refuses_bad_labels_and_a_head_that_does_not_match():
+    from grpo_edu.training.model.models import sums_model_dir
+    from grpo_edu.training.reward_models.reward_model import make_reward_model
+
+    model, tok = prm.make_process_reward_model(sums_model_dir())
+    for labels, match in (([[1, 2, 1]], r"labels\[0\]: holds 2, outside \[0, 1\]"),
+                          ([[1, 1]], r"labels\[0\]: has 2 labels for the 3 steps"),
+                          ([[1, float("nan"), 1]], r"labels\[0\]: holds nan")):
+        with pytest.raises(ValueError, match=match):
+            prm.train_process_reward_model(model, tok, ["3+8+5="], ["3+8=11;11+5=16#16"], labels, steps=1)
+    sequence_head, _ = make_reward_model(sums_model_dir())
+    with pytest.raises(ValueError, match="prm: is a LlamaForSequenceClassification with 1 outputs per position"):
+        prm.step_probabilities(sequence_head, tok, ["3+8="], ["#11"])

@@ -10,7 +10,7 @@
 ``text/``       real text (lesson 16): ``chat`` templates, the ``completion_mask``, answer ``extraction``, the
                 ``format_reward``, decode-then-encode ``drift``
 ``reward_models/`` learned rewards: ``reward_model``, the ``gold`` judge, ``preference_data``, ``reward_trainer``,
-                a reward model as a ``reward_function`` (lesson 17), ``monte_carlo_labels`` (17b)
+                a reward model as a ``reward_function`` (lesson 17), ``monte_carlo_labels`` and a ``process_reward_model`` (17b)
 ``asynchronous/`` sampling and training apart: ``versions`` (published weights, tagged batches), ``lagged`` (a
                 sampler k updates behind, one process), ``processes`` (the sampler in its own process)
 
@@ -29,7 +29,7 @@ ROOMS = {
     "runs": ("checkpoint", "run_folder"),
     "text": ("chat", "completion_mask", "extraction", "format_reward", "drift"),
     "reward_models": ("reward_model", "gold", "preference_data", "reward_trainer", "reward_function",
-                      "monte_carlo_labels"),
+                      "monte_carlo_labels", "process_reward_model"),
     "asynchronous": ("versions", "lagged", "processes"),
 }
 ROOM_OF = {module: room for room, modules in ROOMS.items() for module in modules}
