@@ -27,7 +27,8 @@ ENDINGS = (1, 2, 4, 8, 16, 32)
 
 
 def scored(trainer, *, num_samples=EVAL_SAMPLES):
-    """Held-out accuracy with its standard error, and the right-answer-wrong-working share: a dict."""
+    """Held-out accuracy with its standard error, and the right-answer-wrong-working share (``trace_error``, with
+    its counts ``right_wrong_working`` of ``right``): a dict."""
     from grpo_edu.training.task.sums_steps import right_answer_wrong_working
 
     samples = trainer.evaluate(num_samples=num_samples)["samples"]
@@ -38,7 +39,7 @@ def scored(trainer, *, num_samples=EVAL_SAMPLES):
     mean = sum(per_prompt) / len(per_prompt)
     se = math.sqrt(sum((p - mean) ** 2 for p in per_prompt) / (len(per_prompt) - 1) / len(per_prompt))
     rate, info = right_answer_wrong_working(list(prompts), list(completions), list(answers))
-    return {"accuracy": accuracy, "accuracy_se": se, "right_wrong_working": rate, **info}
+    return {"accuracy": accuracy, "accuracy_se": se, "trace_error": rate, **info}
 
 
 def compare_seed(seed, *, steps=None, progress=False):
@@ -115,7 +116,7 @@ def main(argv=None):
         for seed, r in result.items():
             print(f"seed {seed}: " + "; ".join(
                 f"{k} acc {r[k]['accuracy']:.3f} ± {r[k]['accuracy_se']:.3f}, right-answer-wrong-working "
-                f"{r[k]['right_wrong_working']:.3f} ({r[k]['right_wrong_working'] * r[k]['right']:.0f} of {r[k]['right']})"
+                f"{r[k]['trace_error']:.3f} ({r[k]['right_wrong_working']} of {r[k]['right']})"
                 for k in ("before", "outcome", "process")))
         fields = {"settings": COMMON | ({"total_training_steps": args.steps} if args.steps else {}),
                   "eval_samples": EVAL_SAMPLES, "seeds": result}
