@@ -4,6 +4,10 @@
     outcome GRPO against GRPO with process supervision (the exact step checker, DeepSeekMath §4.1.3), the same
     seed, prompts and budget: held-out accuracy and the share of right answers with wrong working (Uesato et
     al.'s "trace error") before and after.
+``python -m grpo_edu.course.experiments.process_rewards verifiers --prompts 100 --json FILE``
+    best-of-N (N = 1 … 256) with majority vote, an outcome reward model, PRMs trained on exact and on
+    Monte-Carlo labels, and the exact checker (Lightman et al.'s curve at laptop scale), and each PRM's
+    first-error localisation (ProcessBench's F1).
 ``python -m grpo_edu.course.experiments.process_rewards labels --completions 200 --json FILE``
     Monte-Carlo step labels (Math-Shepherd) against the exact ones: the confusion matrix of hard labels for
     N = 1, 2, 4, 8, 16, 32 endings, from the bundled model as the completer.
@@ -90,6 +94,99 @@ def label_confusions(num_completions=200, *, endings=ENDINGS, seed=0):
     return out
 
 
+BEST_OF = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+"""The N of the best-of-N curve."""
+
+
+def _well_formed_samples(model, tokenizer, rows, per_prompt, seed):
+    """Sampled answers of ``rows`` (prompt-major), stripped; returns (prompts, completions, answers)."""
+    from grpo_edu.training.task.evaluation import sample_completions
+
+    texts, _ = sample_completions(model, tokenizer, [r["prompt"] for r in rows], num_samples=per_prompt, seed=seed,
+                                  max_new_tokens=42)
+    return ([rows[i // per_prompt]["prompt"] for i in range(len(texts))], [t.strip() for t in texts],
+            [rows[i // per_prompt]["answer"] for i in range(len(texts))])
+
+
+def process_bench_f1(probabilities, exact):
+    """ProcessBench's F1: the harmonic mean of the share of flawed solutions whose *first* wrong step is found
+    (the first step with p < ½) and the share of flawless ones called flawless; returns ``(f1, info)``."""
+    from grpo_edu.training.task.sums_steps import first_error
+
+    flawed = [(first_error([int(p >= 0.5) for p in probs]) == first_error(labels))
+              for probs, labels in zip(probabilities, exact) if 0 in labels]
+    flawless = [all(p >= 0.5 for p in probs) for probs, labels in zip(probabilities, exact) if 0 not in labels]
+    a = sum(flawed) / max(1, len(flawed))
+    b = sum(flawless) / max(1, len(flawless))
+    return (2 * a * b / (a + b) if a + b else 0.0), {"flawed_found": a, "flawless_kept": b,
+                                                      "flawed": len(flawed), "flawless": len(flawless)}
+
+
+def verifiers(num_prompts=100, *, train_prompts=600, endings=8, prm_steps=300, seed=0, best_of=BEST_OF):
+    """Best-of-N with five ways to choose, and the PRMs' first-error F1 (module doc): a dict of the curves."""
+    import collections
+
+    from grpo_edu.training.model.models import load_model_and_tokenizer, sums_model_dir
+    from grpo_edu.training.reward_models import process_reward_model as prm
+    from grpo_edu.training.reward_models.monte_carlo_labels import monte_carlo_labels
+    from grpo_edu.training.task.sums import FORMAT, final_answer
+    from grpo_edu.training.task.sums_steps import step_labels
+    from grpo_edu.training.task.tasks import get_task
+
+    task = get_task("sums")
+    policy, tokenizer = load_model_and_tokenizer("bundled-sums")
+    # training data: answers to train prompts, labelled exactly, by Monte-Carlo endings, and by their outcome
+    prompts, completions, answers = _well_formed_samples(policy, tokenizer, task.split("train", train_prompts), 4, seed)
+    keep = [i for i, c in enumerate(completions) if FORMAT.match(c)]
+    prompts, completions, answers = ([x[i] for i in keep] for x in (prompts, completions, answers))
+    exact = [step_labels(p, c) for p, c in zip(prompts, completions)]
+    mc, _ = monte_carlo_labels(policy, tokenizer, prompts, completions, answers, num_completions=endings, seed=seed)
+    outcome = prm.outcome_labels(completions, [final_answer(c) == a for c, a in zip(completions, answers)])
+    models = {}
+    for name, labels in (("orm", outcome), ("prm_exact", exact), ("prm_mc", mc)):
+        model, tok = prm.make_process_reward_model(sums_model_dir(), seed=seed)
+        models[name], _ = prm.train_process_reward_model(model, tok, prompts, completions, labels, steps=prm_steps,
+                                                          seed=seed)
+    # the test: 256 answers to each held-out prompt, scored every way once
+    rows = task.split("heldout", num_prompts)
+    per = max(best_of)
+    h_prompts, h_completions, h_answers = _well_formed_samples(policy, tokenizer, rows, per, seed + 1)
+    formed = [bool(FORMAT.match(c)) for c in h_completions]
+    right = [final_answer(c) == a for c, a in zip(h_completions, h_answers)]
+    scores = {}
+    idx = [i for i, f in enumerate(formed) if f]
+    for name, how in (("orm", "last"), ("prm_exact", "prod"), ("prm_mc", "prod")):
+        probs = prm.step_probabilities(models[name], tokenizer, [h_prompts[i] for i in idx],
+                                       [h_completions[i] for i in idx])
+        values = [-1.0] * len(h_completions)                      # a malformed answer is chosen last
+        for i, v in zip(idx, prm.solution_scores(probs, how)):
+            values[i] = v
+        scores[name] = values
+        if name.startswith("prm"):
+            held_exact = [step_labels(h_prompts[i], h_completions[i]) for i in idx]
+            scores[name + "_f1"] = process_bench_f1(probs, held_exact)
+    checker = [float(f and 0 not in step_labels(p, c)) for p, c, f in zip(h_prompts, h_completions, formed)]
+    scores["exact_checker"] = checker
+    curves = {name: [] for name in ("majority", "orm", "prm_exact", "prm_mc", "exact_checker")}
+    for n in best_of:
+        picks = collections.defaultdict(list)
+        for b in range(num_prompts):
+            for block in range(per // n):                      # disjoint blocks of n answers: every answer used once
+                ids = list(range(b * per + block * n, b * per + (block + 1) * n))
+                votes = collections.Counter(final_answer(h_completions[i]) for i in ids if final_answer(h_completions[i]))
+                top = votes.most_common(1)[0][0] if votes else None
+                picks["majority"].append(top == h_answers[ids[0]])
+                for name in ("orm", "prm_exact", "prm_mc", "exact_checker"):
+                    picks[name].append(right[max(ids, key=lambda i: scores[name][i])])
+        for name, chosen in picks.items():
+            mean = sum(chosen) / len(chosen)
+            curves[name].append(mean)
+    return {"best_of": list(best_of), "curves": curves, "prompts": num_prompts, "train_solutions": len(prompts),
+            "pass_at_1": sum(right) / len(right), "well_formed": sum(formed) / len(formed),
+            "first_error_f1": {k[:-3]: v for k, v in scores.items() if k.endswith("_f1")},
+            "settings": {"train_prompts": train_prompts, "endings": endings, "prm_steps": prm_steps, "seed": seed}}
+
+
 def main(argv=None):
     import sys
 
@@ -103,7 +200,9 @@ def main(argv=None):
     compare.add_argument("--steps", type=int, default=None, help=f"steps per run (default {COMMON['total_training_steps']})")
     labels = sub.add_parser("labels", help="Monte-Carlo step labels against the exact ones")
     labels.add_argument("--completions", type=int, default=200)
-    for p in (compare, labels):
+    chooser = sub.add_parser("verifiers", help="best-of-N with majority vote, an ORM, two PRMs and the exact checker")
+    chooser.add_argument("--prompts", type=int, default=100)
+    for p in (compare, labels, chooser):
         p.add_argument("--json", help="store the result here (refused if it exists, unless --overwrite)")
         p.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
@@ -120,6 +219,14 @@ def main(argv=None):
                 for k in ("before", "outcome", "process")))
         fields = {"settings": COMMON | ({"total_training_steps": args.steps} if args.steps else {}),
                   "eval_samples": EVAL_SAMPLES, "seeds": result}
+    elif args.command == "verifiers":
+        if args.prompts < 1:
+            parser.error("--prompts: must be ≥ 1. Fix: pass how many held-out prompts to answer 256 times, e.g. 100")
+        fields = verifiers(args.prompts)
+        print("N: " + " ".join(f"{n:>5}" for n in fields["best_of"]))
+        for name, curve in fields["curves"].items():
+            print(f"{name}: " + " ".join(f"{v:.3f}" for v in curve))
+        print("first-error F1:", {k: round(v[0], 3) for k, v in fields["first_error_f1"].items()})
     else:
         if args.completions < 1:
             parser.error("--completions: must be ≥ 1. Fix: pass how many sampled answers to label, e.g. 200")
