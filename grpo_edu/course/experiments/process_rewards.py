@@ -64,10 +64,11 @@ def compare_seed(seed, *, steps=None, progress=False):
     return result
 
 
-def label_confusions(num_completions=200, *, endings=ENDINGS, seed=0):
+def label_confusions(num_completions=200, *, endings=ENDINGS, seed=0, strong_steps=40):
     """Monte-Carlo labels against the exact ones on ``num_completions`` well-formed sampled answers of the bundled
-    model (which also completes): {N: {"matrix", "precision", "recall", "false_positive_rate", "steps"}} and
-    the share of wrong steps among all."""
+    model, which also completes them: {N: {"matrix", "precision", "recall", "false_positive_rate", "steps"}} and
+    the share of wrong steps among all; then (``strong_steps`` > 0) the same with a stronger completer, the bundled
+    model after that many steps of outcome GRPO (:data:`COMMON`'s settings)."""
     from grpo_edu.training.model.models import load_model_and_tokenizer
     from grpo_edu.training.reward_models.monte_carlo_labels import confusion, monte_carlo_labels
     from grpo_edu.training.task.evaluation import sample_completions
@@ -91,6 +92,20 @@ def label_confusions(num_completions=200, *, endings=ENDINGS, seed=0):
         hard, info = monte_carlo_labels(model, tokenizer, prompts, completions, answers, num_completions=n, seed=seed)
         matrix, stats = confusion(exact, hard)
         out["by_endings"][str(n)] = {"matrix": matrix, **stats}
+    if strong_steps:                       # the same solutions and exact labels, a stronger completer
+        from grpo_edu.training.trainers.config import GRPOConfig
+        from grpo_edu.training.trainers.trainer import GRPOTrainer
+
+        trainer = GRPOTrainer(GRPOConfig.preset("sums", **{**COMMON, "total_training_steps": strong_steps,
+                                                           "seed": seed}))
+        trainer.train()
+        out["strong_completer"] = {"grpo_steps": strong_steps, "accuracy": trainer.evals[-1]["accuracy"],
+                                   "weak_accuracy": trainer.evals[0]["accuracy"], "by_endings": {}}
+        for n in endings:
+            hard, _ = monte_carlo_labels(trainer.model, tokenizer, prompts, completions, answers, num_completions=n,
+                                         seed=seed)
+            matrix, stats = confusion(exact, hard)
+            out["strong_completer"]["by_endings"][str(n)] = {"matrix": matrix, **stats}
     return out
 
 
@@ -231,9 +246,10 @@ def main(argv=None):
         if args.completions < 1:
             parser.error("--completions: must be ≥ 1. Fix: pass how many sampled answers to label, e.g. 200")
         result = label_confusions(args.completions)
-        for n, r in result["by_endings"].items():
-            print(f"N = {n:>2}: {r['matrix']}  precision {r['precision']:.3f} recall {r['recall']:.3f} "
-                  f"false-positive rate {r['false_positive_rate']:.3f}")
+        for who, part in (("bundled completer", result), ("trained completer", result.get("strong_completer"))):
+            for n, r in (part or {}).get("by_endings", {}).items():
+                print(f"{who}, N = {n:>2}: {r['matrix']}  precision {r['precision']:.3f} recall {r['recall']:.3f} "
+                      f"false-positive rate {r['false_positive_rate']:.3f}")
         fields = {"endings": list(ENDINGS), **result}
     if args.json:
         write_stored(args, argv, program, fields)
