@@ -13,6 +13,7 @@ checks every import in the source):
     ``schedule``        batch_size, G, step, epoch, total_training_steps arithmetic; the lr schedule
     ``policy_gradient`` the log-derivative trick, baselines, importance sampling (toy demos)
     ``advantages``      group-relative advantages Â_i = (R_i − μ)/(σ + eps)
+    ``process_advantages`` GRPO with process supervision: per-token Â from step rewards (DeepSeekMath §4.1.3, lesson 17b)
     ``kl``              per-token KL estimators k1, k2, k3 against π_ref
     ``kl_gradients``    what each KL estimator's gradient follows (forward or reverse KL)
     ``losses``          the PPO-clipped GRPO loss and its aggregations (loss_type)
@@ -42,6 +43,7 @@ checks every import in the source):
   ``task/`` — what a model is asked and how its answers are scored
     ``tasks``           verifiable tasks (addition, …) and prompt-file loading
     ``sums``            the long-answer task: sums written with or without working (lesson 11)
+    ``sums_steps``      exact step labels of the sums working: which step went wrong (lesson 17b)
     ``calc``            the tool task: sums answered with a calculator call or without (lesson 15)
     ``words``           word problems in English and Chinese, answered in <think>/<answer> tags (lesson 16)
     ``task_setup``      what a task needs to run: its bundled model, its tool, a tokenizer that writes its answers
@@ -68,6 +70,8 @@ checks every import in the source):
     ``preference_data`` pairs sampled from a model, labelled by the gold judge, checked
     ``reward_trainer``  training a reward model with the Bradley–Terry loss
     ``reward_function`` a reward model (or an ensemble, mean or min) as GRPO's reward function
+    ``process_reward_model`` a PRM: a score per step from a per-token head, trained on step labels (lesson 17b)
+    ``monte_carlo_labels`` Math-Shepherd's step labels from N endings, and their confusion with the exact ones (lesson 17b)
   ``asynchronous/`` — sampling and training apart (lesson 18)
     ``versions``        published weights by version, tagged batches as safetensors files, the lag's draw plan
     ``lagged``          AsyncGRPOTrainer: a sampler k updates behind, in one process, staleness dropped or kept
@@ -109,6 +113,7 @@ checks every import in the source):
     ``tools_runs``      lesson 15's runs with the calculator: outcome, a bonus or a cost per call, the mask ablation
     ``text_clinic``     lesson 16's clinic of text failures: no template, pad = eos, a regex, two graders, drift
     ``overoptimisation`` lesson 17's sweeps: best-of-n and GRPO against a learned reward model, the gold beside it
+    ``process_rewards`` lesson 17b's runs: outcome GRPO against GRPO+PS, Monte-Carlo step labels against the exact ones
     ``asynchronous``    lesson 18's runs: the staleness sweep, the correction ladder, the mismatches, wall-clock
   ``classroom/`` — the instructor's and the room's tools
     ``doctor``          will the lessons run here, and how long each takes (grpo-edu doctor)
@@ -116,6 +121,7 @@ checks every import in the source):
     ``copy_lessons``    the lessons copied into a student's own folder, never over their changes (grpo-edu lessons)
     ``site``            the course as a website that works offline, search in English and Chinese (grpo-edu site)
     ``site_folder``     the site's build folder: checked first, one build at a time, nothing left running
+    ``site_font``       the site's own Chinese font: Noto Sans SC cut down to the course's characters (OFL)
   ``testing/`` — the test run's tooling
     ``lesson_times``    each lesson's time against its budget; the test run on every core (a pytest plugin)
     ``kernel_start``    a notebook kernel that dies while starting (a port race) started again (a pytest plugin)

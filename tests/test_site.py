@@ -27,7 +27,7 @@ import pytest
 
 from grpo_edu.course.testing import browser
 
-from grpo_edu.course.classroom import site, site_folder
+from grpo_edu.course.classroom import site, site_folder, site_font
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.stem for p in (ROOT / "lessons").glob("*.ipynb"))
@@ -63,6 +63,8 @@ def test_the_site_holds_every_lesson_and_docs_page(built):
     if info["seconds"] > 120:
         warnings.warn(f"the site took {info['seconds']:.0f} s to build (budget: 2 minutes on 2 cores)")
     assert (out / "_static" / "mathjax" / "tex-chtml.js").is_file()    # math from the site, not a CDN
+    assert (out / "_static" / site_font.FONT.name).is_file()           # Chinese from the site, not the reader's fonts
+    assert site_font.FAMILY in (out / "_static" / "grpo_edu.css").read_text(encoding="utf-8")
     assert not (out / site_folder.BUILDING).exists() and info["temporary"] == []   # no claim, no staging left
 
 
@@ -329,9 +331,12 @@ def visited(built):
                 searches[query] = []
                 continue
             searches[query] = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map(a => a.href)")
+        page.goto(f"{base}/lessons/{LESSONS[0]}.html", wait_until="load")   # its 中文摘要, in the site's own font
+        chinese_font = page.evaluate("""async () => (await document.fonts.load('16px "grpo_edu SC"', '组相对策略优化'))
+                                        .map(f => f.status)""")
         context.close()
     return {"base": base, "out": out, "pages": pages, "searches": searches, "outside": outside, "errors": errors,
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start, "chinese_font": chinese_font}
 
 
 @needs_browser
@@ -364,6 +369,24 @@ def test_every_internal_link_and_anchor_resolves(visited):
                 assert unquote(parts.fragment) in pages[target]["ids"], f"{name} links {href}: no such anchor"
             checked += 1
     assert checked > 500
+
+
+def test_the_site_font_draws_every_chinese_character_of_the_course():
+    missing = site_font.missing_characters()
+    assert missing == "", (f"assets/fonts/{site_font.FONT.name} cannot draw {len(missing)} characters the course "
+                           f"now writes ({missing[:20]}…): the site would show boxes on a machine without a CJK font. "
+                           "Fix: make the subset again (grpo_edu/course/classroom/site_font.py's docstring)")
+
+
+def test_the_site_font_check_sees_a_character_it_cannot_draw(tmp_path):
+    (tmp_path / "lessons").mkdir()
+    (tmp_path / "README.md").write_text("组相对 and 龘", encoding="utf-8")       # 龘: not a character of the course
+    assert site_font.missing_characters(root=tmp_path) == "龘"
+
+
+@needs_browser
+def test_chinese_is_drawn_with_the_sites_own_font(visited):
+    assert visited["chinese_font"] == ["loaded"], visited["chinese_font"]
 
 
 @needs_browser

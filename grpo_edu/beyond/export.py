@@ -133,6 +133,10 @@ def to_trl(config=None, *, num_processes=1):
         unmatched.append(("advantage_estimator", f"TRL's GRPOTrainer has only the group baseline; "
                                                  f"{c.advantage_estimator!r} is verl's algorithm.adv_estimator"
                                                  + (rloo if c.advantage_estimator == "rloo" else "")))
+    if c.process_supervision != "none":
+        unmatched.append(("process_supervision", "TRL's GRPOTrainer takes one reward per completion (its PRMTrainer, "
+                                                 "0.13–1.13, trained a PRM but never fed GRPO step rewards); "
+                                                 "GRPO+PS's per-token advantages are course-only"))
     if c.total_training_steps is None:
         unmatched.append(("total_epochs", "TRL stops at num_train_epochs over the prompts or at max_steps; set "
                                           "total_training_steps for an exact match"))
@@ -296,6 +300,9 @@ def to_verl(config=None, *, n_gpus=1, model_path="MODEL_PATH"):
         unmatched.append(("lora_rank", f"not exported to verl: its LoRA settings are actor_rollout_ref.model.lora_rank="
                                        f"{c.lora_rank}, lora_alpha={c.lora_alpha:g} and target_modules "
                                        f"({c.lora_target_modules}); check them against your verl version"))
+    if c.process_supervision != "none":
+        unmatched.append(("process_supervision", "verl's GRPO advantage takes one score per response; step rewards "
+                                                 "need a custom advantage estimator (algorithm.adv_estimator)"))
     unmatched.append(("task / rewards", "verl reads prompts from parquet files (data.train_files) and scores them "
                                         "with a reward function it imports (reward.custom_reward_function.path)"))
     if c.policy_lag:

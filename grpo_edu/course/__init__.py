@@ -4,7 +4,7 @@
                   exercises and predictions (``exercises``, ``exercise_bank``, ``exercise_solutions``,
                   ``prediction_bank``), checked claims about a run (``claims``)
 ``experiments/``  the experiments the lessons run: ``forgetting``, ``replay_advice``, ``clinic``, ``variants``
-``classroom/``    the instructor's and the room's tools: ``doctor``, ``answers``, ``copy_lessons``, ``site``
+``classroom/``    the instructor's and the room's tools: ``doctor``, ``answers``, ``copy_lessons``, ``site`` (with its ``site_font``)
 ``testing/``      the test run's tooling: its pytest plugins (``lesson_times``, ``kernel_start``), the browser
                   (``browser``) and the README's pictures (``screenshots``)
 
@@ -21,7 +21,7 @@ ROOMS = {
     "aids": ("viz", "viz_runs", "diagrams", "widgets", "exercises", "exercise_bank", "exercise_solutions", "prediction_bank",
              "claims"),
     "experiments": ("forgetting", "replay_advice", "clinic", "variants", "family", "cost_of_a_step", "tools_runs",
-                    "text_clinic", "overoptimisation", "asynchronous"),
+                    "text_clinic", "overoptimisation", "process_rewards", "asynchronous"),
     "classroom": ("doctor", "answers", "copy_lessons", "site"),
     "testing": ("lesson_times", "kernel_start", "browser", "screenshots"),
 }

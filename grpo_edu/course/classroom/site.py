@@ -12,6 +12,8 @@ a classroom with no internet:
 * search in English and Chinese: Sphinx's ``zh`` search splits Chinese with jieba, but its
   language file names a ``ChineseStemmer`` that does not exist in the browser (its stemmer is the
   English one): :func:`_chinese_search` registers the same language with the stemmer's real name;
+* Chinese on a machine without a CJK font: the site carries Noto Sans SC cut down to the course's characters
+  (``site_font``), declared for Chinese alone;
 * the theme starts in light mode (without a default it logs "invalid theme mode" on a new browser).
 
 The build is ``sphinx-build -W -n``: a warning, a broken internal link or anchor included, is an
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from grpo_edu.course.classroom.site_folder import check_out, claim, run_tied, staging, sweep_staging
+from grpo_edu.course.classroom.site_font import FONT, FONT_CSS
 
 ROOT = Path(__file__).resolve().parents[3]
 """The checkout the site is built from: README.md, docs/, lessons/, assets/figures/."""
@@ -191,7 +194,11 @@ def stage(root, src):
     terms = chinese_terms(glossary.read_text(encoding="utf-8")) if glossary.exists() else []
     (src / "jieba_terms.txt").write_text("".join(f"{t} 100000\n" for t in terms), encoding="utf-8")
     (src / "_static").mkdir()
-    (src / "_static" / "grpo_edu.css").write_text(CSS, encoding="utf-8")
+    css = CSS
+    if FONT.is_file():                                  # the course's Chinese, even where the reader has no CJK font
+        shutil.copy(FONT, src / "_static" / FONT.name)
+        css += FONT_CSS
+    (src / "_static" / "grpo_edu.css").write_text(css, encoding="utf-8")
     settings = dict(CONF, html_search_options={"dict": str((src / "jieba_terms.txt").resolve())})
     conf = "\n".join(f"{key} = {value!r}" for key, value in settings.items())
     (src / "conf.py").write_text(f'"""Written by grpo_edu.course.classroom.site."""\n{conf}\nhtml_static_path = ["_static"]\n\n\n'

@@ -53,6 +53,8 @@ CHOICES = {
     "off_policy_correction": ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask"),
     "device": ("auto", "cpu", "cuda"),
     "lr_scheduler_type": ("linear", "constant"),
+    "process_supervision": ("none", "exact"),
+    "process_credit": ("sum", "min"),
 }
 """The allowed values of the choice fields (``task`` takes a name from ``grpo_edu.training.task.tasks.TASKS``)."""
 
@@ -172,6 +174,15 @@ class GRPOConfig:
     """How rewards become Â (verl's ``algorithm.adv_estimator``): "grpo" (group mean and σ, see ``scale``), "rloo"
     (each answer against the mean of the other G − 1) or "reinforce_plus_plus_baseline" (group mean, then whitened
     over the batch's tokens), or "reinforce" (the reward itself, no baseline: lesson 13). See grpo_edu.core.advantages."""
+    process_supervision: str = "none"
+    """DeepSeekMath's GRPO with process supervision (§4.1.3): "exact" rewards every step of the sums task's working
+    with the exact checker (1 right, 0 wrong: ``training/task/sums_steps.py``), normalises the step rewards over the
+    group, and gives each token the sum of the normalised rewards of the steps that end at or after it
+    (``core/process_advantages.py``, lesson 17b). "none": outcome supervision, one Â per answer. Course-only:
+    TRL and verl have no process-supervised GRPO."""
+    process_credit: str = "sum"
+    """Process supervision only: how a token gathers the steps ahead of it, "sum" (DeepSeekMath) or "min" (PURE's
+    min-form credit, arXiv:2504.15275: the worst step ahead)."""
     seed: int = 0
     """Seeds data order, sampling and the reference copy: same seed, same run (on CPU)."""
 
@@ -297,6 +308,7 @@ class GRPOConfig:
         self._check_variant()
         self._check_replay()
         self._check_asynchronous()
+        self._check_process()
         if self.lora_rank is not None:                # a bad rank or module list fails now; the model's names at load
             check_settings(self.lora_rank, self.lora_alpha, self.lora_target_modules)
         if self.checkpoint_every and not self.output_dir:
@@ -305,6 +317,25 @@ class GRPOConfig:
         # batch_size, G, the stop conditions and micro-batching are checked by the schedule
         # itself; the real dataset size is checked again once the prompts are loaded.
         self.schedule(dataset_size=self.batch_size)
+
+    def _check_process(self):
+        """Process supervision: the sums task's exact checker, on the synchronous trainer's own advantages."""
+        if self.process_supervision == "none":
+            if self.process_credit != "sum":
+                _checks.fail("process_credit", f"is {self.process_credit!r} but process_supervision is 'none', so it "
+                             "would change nothing", "set process_supervision='exact' too, or leave process_credit")
+            return
+        clashes = [name for name, on in (("task", self.task != "sums"),
+                                         ("advantage_estimator", self.advantage_estimator != "grpo"),
+                                         ("replay_ratio", self.replay_ratio > 0), ("replay_path", self.replay_path),
+                                         ("dynamic_sampling", self.dynamic_sampling), ("policy_lag", self.policy_lag))
+                   if on]
+        if clashes:
+            _checks.fail("process_supervision", f"is {self.process_supervision!r}, which needs task='sums' (the task "
+                         "whose steps a program can check) and GRPO's own group advantages of a synchronous, fresh "
+                         f"batch; these settings clash: {', '.join(clashes)}",
+                         "use task='sums' (--preset sums) with advantage_estimator='grpo' and no replay, dynamic "
+                         "sampling or policy_lag; or process_supervision='none'")
 
     def _check_asynchronous(self):
         """policy_lag, max_staleness and the correction's cap (the asynchronous trainer's settings)."""

@@ -4,7 +4,8 @@
         1. take batch_size prompts                          (schedule: epoch order, drop_last)
         2. sample G completions each with π_θold            (rollout.generate, or engine.generate)
         3. score them                                       (rewards.compute_rewards)
-        4. Â = group-relative advantages                    (advantages.group_advantages; or RLOO, REINFORCE++)
+        4. Â = group-relative advantages                    (advantages.group_advantages; or RLOO, REINFORCE++;
+                                                             per token from step rewards: process_advantages)
            with replay: add stored good answers to the batch (replay.ReplayBuffer.sample)
         5. log π_ref of the completions, if β > 0           (passes.rollout_logprobs: no padding, each prompt once)
         6. this step's learning rate                        (schedule.learning_rate_at)
@@ -50,6 +51,7 @@ import torch
 
 from grpo_edu.common import _checks
 from grpo_edu.core.advantages import estimate_advantages, zero_std_groups
+from grpo_edu.core.process_advantages import process_advantages
 from grpo_edu.core.losses import TOKEN_COUNT_TYPES, grpo_loss
 from grpo_edu.core.schedule import learning_rate_at
 from grpo_edu.training.model import lora
@@ -72,6 +74,7 @@ from grpo_edu.training.rollouts.tools import Tool, tool_stats, trained_mask
 from grpo_edu.training.runs import checkpoint as ckpt, run_folder
 from grpo_edu.training.task.evaluation import evaluate_run
 from grpo_edu.training.task.rewards import compute_rewards
+from grpo_edu.training.task.sums_steps import step_rewards
 from grpo_edu.training.task.tasks import get_task, load_prompts
 from grpo_edu.training.trainers.config import GRPOConfig
 from grpo_edu.training.trainers.replay import ReplayBuffer, ReplaySample
@@ -253,6 +256,8 @@ class GRPOTrainer(CheckpointedRun):
                 rows, rollout, rewards, reward_info, dynamic = self._live_groups(step, rows, rollout, rewards)
             advantages = estimate_advantages(rewards, estimator=c.advantage_estimator, scale=c.scale,
                                              lengths=rollout.lengths.view_as(rewards).cpu()).reshape(-1)   # 4. Â, (N,)
+            if c.process_supervision != "none":                                          #    or per token from
+                advantages = self._process_advantages(rows, rollout)                     #    step rewards, (N, T)
             batch, batch_advantages = self._with_replayed(rollout, advantages)           #    + replayed rows
             ref_logprobs = self._ref_logprobs(batch)                                     # 5. log π_ref, (N', T)
             self._set_learning_rate(step)                                                # 6. lr of this step,
@@ -355,6 +360,29 @@ class GRPOTrainer(CheckpointedRun):
         return kept_rows, kept, rewards, info, metrics
 
     # --- replay ----------------------------------------------------------------------------
+    def _process_advantages(self, rows, rollout):
+        """Â_{i,t} of process supervision (DeepSeekMath §4.1.3): each step's exact reward, normalised in its group,
+        summed (or, PURE, the minimum) over the steps that end at or after token t. (N, T); the last step ends at
+        the completion's last token (<eos> included), so every trained token has a step ahead of it."""
+        probe = "12+3=15;15+4=19#19"
+        if len(self.tokenizer(probe, add_special_tokens=False)["input_ids"]) != len(probe):
+            _checks.fail("process_supervision", "needs a model whose tokenizer writes one token per character (the "
+                         "bundled sums model's), so that a step's last character is its last token",
+                         "train the sums task from model='bundled-sums' (--preset sums), or process_supervision='none'")
+        G, T = rollout.num_generations, rollout.completion_ids.shape[1]
+        lengths = rollout.lengths.tolist()
+        advantages = torch.zeros(len(lengths), T)                                       # (N, T)
+        for b, row in enumerate(rows):
+            group = range(b * G, (b + 1) * G)
+            rewards, ends = [], []
+            for i in group:
+                step_r, char_ends = step_rewards(row["prompt"], rollout.completions[i])   # r_i^index(j), chars
+                rewards.append(step_r)                                                   # char k is token k here
+                ends.append([min(e, lengths[i]) - 1 for e in char_ends[:-1]] + [lengths[i] - 1])   # index(j)
+            adv, _ = process_advantages(rewards, ends, [lengths[i] for i in group], form=self.config.process_credit)
+            advantages[b * G:(b + 1) * G, :adv.shape[1]] = torch.from_numpy(adv)
+        return advantages
+
     def _with_replayed(self, rollout, advantages):
         """The step's training rows: the fresh ``rollout`` plus replayed samples, and their advantages.
 
