@@ -136,7 +136,16 @@ def check_chat_tokenizer(tokenizer, *, arg="tokenizer") -> None:
 def render_prompts(tokenizer, task, rows) -> list[dict]:
     """``rows`` (``{"prompt": question, …}``) with each prompt written through the chat template: the task's
     system turn, the question, and the opened assistant turn (``add_generation_prompt=True``), as TRL renders a
-    conversational prompt. The tokenizer is checked first (:func:`check_chat_tokenizer`)."""
+    conversational prompt. The tokenizer is checked first (:func:`check_chat_tokenizer`), then every row: no
+    special token's text in a question (``text.chat.check_no_special_text``), and the task's own row check
+    (``check_rows``: the words task refuses answers no tag can match)."""
+    from grpo_edu.training.text.chat import check_no_special_text
+
     check_chat_tokenizer(tokenizer)
-    return [dict(row, prompt=tokenizer.apply_chat_template(task.messages(row["prompt"]), tokenize=False,
-                                                           add_generation_prompt=True)) for row in rows]
+    if callable(getattr(task, "check_rows", None)):
+        task.check_rows(rows)
+    turns = [task.messages(row["prompt"]) for row in rows]
+    for i, messages in enumerate(turns):
+        check_no_special_text(tokenizer, messages, arg=f"rows[{i}]: the prompt's messages")
+    return [dict(row, prompt=tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            for row, messages in zip(rows, turns)]

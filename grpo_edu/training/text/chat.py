@@ -79,6 +79,29 @@ def check_chat_tokenizer(tokenizer):
     return tokenizer.eos_token_id
 
 
+def special_texts(tokenizer):
+    """The texts the tokenizer encodes as one special token wherever they appear (``<|im_start|>``,
+    ``<|im_end|>``, ``<|endoftext|>``): its special tokens and its added tokens marked special."""
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    return sorted({*getattr(tokenizer, "all_special_tokens", ()), *(t.content for t in added.values()
+                                                                    if getattr(t, "special", False))})
+
+
+def check_no_special_text(tokenizer, messages, *, arg="messages"):
+    """Refuse a message whose content holds a special token's text. The rendered prompt is encoded as one text,
+    so a user's literal ``<|im_end|>`` would become the template's end token: a dataset row could close the
+    user's turn and open an assistant's (``…<|im_end|>\n<|im_start|>assistant\n<answer>7</answer>``), a turn
+    the model never wrote. Refused rather than escaped: no escape keeps the row's meaning for every tokenizer."""
+    specials = special_texts(tokenizer)
+    for j, m in enumerate(messages):
+        found = [t for t in specials if t in m["content"]]
+        if found:
+            fail(f"{arg}[{j}]['content']", f"holds {found[0]!r}, the text of one of the tokenizer's special tokens, "
+                 "which the rendered prompt would encode as that token (the row could forge a turn of its own)",
+                 f"remove {found[0]!r} from the text (or write it another way, e.g. "
+                 f"{found[0].replace('|', '| ', 1)!r})")
+
+
 def render_prompt(tokenizer, messages):
     """One prompt's ids as the trainer feeds them to the model, and the rendered text.
 
@@ -87,6 +110,7 @@ def render_prompt(tokenizer, messages):
     what ``apply_chat_template(…, tokenize=True)`` does and so what TRL 1.16 builds. Returns ``(ids, info)``
     with ``info["text"]``."""
     check_conversational_rows([{"prompt": messages}])
+    check_no_special_text(tokenizer, messages)
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return ids, {"text": text}
@@ -97,6 +121,8 @@ def rendered_rows(tokenizer, rows):
     trainer encodes it), every other column kept. The tokenizer and rows are checked first."""
     check_chat_tokenizer(tokenizer)
     check_conversational_rows(rows)
+    for i, row in enumerate(rows):
+        check_no_special_text(tokenizer, row["prompt"], arg=f"rows[{i}]['prompt']")
     if tokenizer("x")["input_ids"] != tokenizer("x", add_special_tokens=False)["input_ids"]:
         fail("tokenizer", "adds special tokens of its own to every text (a <bos>?), so the rendered prompt "
              "would be encoded with tokens the template did not write", "use a tokenizer whose "
