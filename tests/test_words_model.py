@@ -212,6 +212,14 @@ def test_rows_no_tag_can_match_or_that_forge_a_turn_are_refused_before_training(
         GRPOTrainer(config, model=model, tokenizer=tokenizer, train_rows=forged)
 
 
+def test_the_warm_ups_demonstrations_render_their_worked_answers_are_not_reference_answers(tokenizer):
+    shown = TASK.demonstrations("train")[:3]
+    rendered = render_prompts(tokenizer, TASK, shown, demonstrations=True)       # what make-model renders
+    assert [r["answer"] for r in rendered] == [r["answer"] for r in shown]
+    with pytest.raises(ValueError, match=r"^answer \(row 0\): is '<think>"):
+        render_prompts(tokenizer, TASK, shown)
+
+
 def test_the_model_command_refuses_a_chat_task_mixed_with_others():
     from grpo_edu.training.model.make_model import build_tiny_model
 

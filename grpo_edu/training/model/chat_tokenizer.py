@@ -133,16 +133,17 @@ def check_chat_tokenizer(tokenizer, *, arg="tokenizer") -> None:
              "set eos_token to the token the template writes after an answer (ChatML: '<|im_end|>')")
 
 
-def render_prompts(tokenizer, task, rows) -> list[dict]:
+def render_prompts(tokenizer, task, rows, *, demonstrations=False) -> list[dict]:
     """``rows`` (``{"prompt": question, …}``) with each prompt written through the chat template: the task's
     system turn, the question, and the opened assistant turn (``add_generation_prompt=True``), as TRL renders a
     conversational prompt. The tokenizer is checked first (:func:`check_chat_tokenizer`), then every row: no
     special token's text in a question (``text.chat.check_no_special_text``), and the task's own row check
-    (``check_rows``: the words task refuses answers no tag can match)."""
+    (``check_rows``: the words task refuses answers no tag can match; skipped for ``demonstrations``, rows whose
+    answer is a whole worked answer)."""
     from grpo_edu.training.text.chat import check_no_special_text
 
     check_chat_tokenizer(tokenizer)
-    if callable(getattr(task, "check_rows", None)):
+    if not demonstrations and callable(getattr(task, "check_rows", None)):
         task.check_rows(rows)
     turns = [task.messages(row["prompt"]) for row in rows]
     for i, messages in enumerate(turns):
