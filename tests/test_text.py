@@ -192,6 +192,11 @@ def test_drift_finds_a_non_canonical_split_and_keeps_the_end_token(words):
     assert drift.retokenize(tok, canonical) == canonical                    # the end token survives the trip
     share, info = drift.drift(tok, [canonical, split])
     assert split != canonical and share == 0.5 and info["changed"] == [1]
+    assert info["non_canonical"] == [1] and info["broken_bytes"] == []
+    # half a Chinese character (its first UTF-8 byte as a token), then the end: the text itself changes
+    byte = tok.convert_tokens_to_ids(tok.convert_ids_to_tokens(tok("苹", add_special_tokens=False)["input_ids"])[0][:1])
+    share, info = drift.drift(tok, [canonical, split, [byte, tok.eos_token_id]])
+    assert info["changed"] == [1, 2] and info["broken_bytes"] == [2] and info["non_canonical"] == [1]
 
 
 # --- bad input, refused before any work --------------------------------------------------------------
