@@ -15,7 +15,7 @@ run / measurement  what is done (on ``assets/tiny-words``, the ``words`` task, t
                    own (lesson 16, case (b)): if it still rises, the pull came through the paid answers' tokens
                    before the end; if not, through the push-down of the alternatives (the softmax hands their
                    probability back, most of it to ``<|im_end|>``)
-``newline_regex``  paid only by a format regex that wants a newline after each tag (unsloth #2614); its cure
+``newline_regex``  paid only by a format regex that wants a newline after each tag (:data:`NEWLINE_FORMAT`); its cure
                    ``format_regex`` allows none: the reward and dead groups of the run; :func:`format_match`
 :func:`graders`    (a measurement) the strict grader (the tag) and the lenient one (the last number) on the same
                    sampled answers: how many right answers each marks wrong, how many wrong answers right

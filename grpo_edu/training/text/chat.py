@@ -8,8 +8,10 @@ answer's first token. TRL 1.16 does exactly this in ``GRPOTrainer._tokenize_prom
 returns the same ids (``tests/test_text.py`` proves it against TRL's own method).
 
 Passing the prompt as a plain string skips all of it: the model sees a question it was never trained to
-answer in that form, no assistant turn is opened, and it never writes ``<|im_end|>`` (lesson 16's clinic,
-case "no chat template").
+answer in that form, no assistant turn is opened, and it rarely writes ``<|im_end|>`` (the words model: 17 % of
+its answers end, against 72 % through the template; lesson 16's clinic, case "no chat template"). The rule is to
+render prompts as the model was trained: through its template for a chat model; for a base model, the plain
+format its pretraining or warm-up used.
 
 Refused before any work, each naming the field and the fix (:func:`check_chat_tokenizer`,
 :func:`check_conversational_rows`): a tokenizer without an end token, a template that does not render, a
