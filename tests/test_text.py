@@ -166,6 +166,13 @@ def test_reading_the_tag_is_linear_on_a_run_of_unclosed_tags():
         assert extraction.first_tag(text) == (tag.group(1) if tag else None)
 
 
+def test_an_empty_trl_completion_is_refused_by_name():
+    assert chat.completion_text([{"role": "assistant", "content": "7"}]) == "7" and chat.completion_text("7") == "7"
+    for bad in ([], [{"role": "assistant"}], ["7"]):
+        with pytest.raises(ValueError, match=r"^completion: is .*not a list ending with an assistant message.*Fix"):
+            chat.completion_text(bad)
+
+
 def test_mismatched_lengths_are_refused_not_truncated():
     with pytest.raises(ValueError, match=r"^answer: has 2 entries for 1 completions.*Fix"):
         extraction.answer_reward()(None, ["<answer>7</answer>"], ["7", "8"])
@@ -221,6 +228,8 @@ def test_bad_tokenizers_and_rows_are_refused_naming_the_field(words):
     with pytest.raises(ValueError, match=r"tokenizer.eos_token: is not set.*Fix: set it"):
         chat.rendered_rows(none, chat.conversational_rows([{"question": "q", "answer": 1}]))
     for rows, match in [([{"question": "q"}], r"rows\[0\]: lacks 'question' or 'answer'"),
+                        ([{"question": "q", "answer": None}], r"rows\[0\]\['answer'\]: is None.*Fix"),
+                        ([{"question": "q", "answer": " "}], r"rows\[0\]\['answer'\]: is ' '.*Fix"),
                         ([{"prompt": "Tom has 3"}], r"rows\[0\]\['prompt'\]: must be a non-empty list"),
                         ([{"prompt": [{"content": "x"}]}], r"rows\[0\]\['prompt'\]\[0\]: lacks 'role'"),
                         ([{"prompt": [{"role": "bot", "content": "x"}]}], r"\['role'\]: is 'bot'"),

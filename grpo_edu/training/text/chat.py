@@ -43,6 +43,9 @@ def conversational_rows(rows, *, system=None):
         if not isinstance(row, dict) or "question" not in row or "answer" not in row:
             fail(f"rows[{i}]", "lacks 'question' or 'answer'", "give every row both, e.g. "
                  '{"question": "Tom has 3 apples…", "answer": "7"}')
+        if row["answer"] is None or (isinstance(row["answer"], str) and not row["answer"].strip()):
+            fail(f"rows[{i}]['answer']", f"is {row['answer']!r}, which would be kept as the text {str(row['answer'])!r}",
+                 'give every row its reference answer, e.g. "7"')
         rest = {k: v for k, v in row.items() if k != "question"}
         out.append({**rest, "prompt": conversation(row["question"], system=system), "answer": str(row["answer"])})
     return out
@@ -142,5 +145,8 @@ def completion_text(completion):
     """A completion's text in either form a reward function may get: a string (grpo_edu, TRL with plain prompts)
     or TRL's list of one assistant message (conversational prompts)."""
     if isinstance(completion, list):
+        if not completion or not isinstance(completion[-1], dict) or "content" not in completion[-1]:
+            fail("completion", f"is {completion!r}, not a list ending with an assistant message",
+                 'pass the text, or TRL\'s [{"role": "assistant", "content": text}]')
         return completion[-1]["content"]
     return completion
