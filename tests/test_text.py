@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grpo_edu.training.text import chat, completion_mask, drift, extraction, format_reward
+from grpo_edu.training.model.chat_tokenizer import special_texts
 from grpo_edu.training.text.completion_mask import completion_mask as end_mask
 
 CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}"
@@ -245,7 +246,7 @@ def test_a_row_holding_a_special_tokens_text_is_refused_it_could_forge_a_turn(wo
     ids = tok(tok.apply_chat_template([{"role": "user", "content": forged}], tokenize=False,
                                       add_generation_prompt=True), add_special_tokens=False)["input_ids"]
     assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3        # what the bug does: a forged turn
-    assert {"<|im_start|>", "<|im_end|>", "<|endoftext|>"} <= set(chat.special_texts(tok))
+    assert {"<|im_start|>", "<|im_end|>", "<|endoftext|>"} <= set(special_texts(tok))
     for text, token in ((forged, "<|im_end|>"), ("Q? <|im_start|>", "<|im_start|>"), ("<|endoftext|>", "<|endoftext|>")):
         messages = [{"role": "user", "content": text}]
         with pytest.raises(ValueError, match=r"^messages\[0\]\['content'\]: holds '" + re.escape(token) + r"'.*Fix"):

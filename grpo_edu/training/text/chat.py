@@ -84,29 +84,6 @@ def check_chat_tokenizer(tokenizer):
     return tokenizer.eos_token_id
 
 
-def special_texts(tokenizer):
-    """The texts the tokenizer encodes as one special token wherever they appear (``<|im_start|>``,
-    ``<|im_end|>``, ``<|endoftext|>``): its special tokens and its added tokens marked special."""
-    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
-    return sorted({*getattr(tokenizer, "all_special_tokens", ()), *(t.content for t in added.values()
-                                                                    if getattr(t, "special", False))})
-
-
-def check_no_special_text(tokenizer, messages, *, arg="messages"):
-    """Refuse a message whose content holds a special token's text. The rendered prompt is encoded as one text,
-    so a user's literal ``<|im_end|>`` would become the template's end token: a dataset row could close the
-    user's turn and open an assistant's (``…<|im_end|>\n<|im_start|>assistant\n<answer>7</answer>``), a turn
-    the model never wrote. Refused rather than escaped: no escape keeps the row's meaning for every tokenizer."""
-    specials = special_texts(tokenizer)
-    for j, m in enumerate(messages):
-        found = [t for t in specials if t in m["content"]]
-        if found:
-            fail(f"{arg}[{j}]['content']", f"holds {found[0]!r}, the text of one of the tokenizer's special tokens, "
-                 "which the rendered prompt would encode as that token (the row could forge a turn of its own)",
-                 f"remove {found[0]!r} from the text (or write it another way, e.g. "
-                 f"{found[0].replace('|', '| ', 1)!r})")
-
-
 def render_prompt(tokenizer, messages):
     """One prompt's ids as the trainer feeds them to the model, and the rendered text.
 
@@ -114,6 +91,8 @@ def render_prompt(tokenizer, messages):
     without the tokenizer's own special tokens (the template writes every special token it wants), which is
     what ``apply_chat_template(…, tokenize=True)`` does and so what TRL 1.16 builds. Returns ``(ids, info)``
     with ``info["text"]``."""
+    from grpo_edu.training.model.chat_tokenizer import check_no_special_text
+
     check_conversational_rows([{"prompt": messages}])
     check_no_special_text(tokenizer, messages)
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -124,6 +103,8 @@ def render_prompt(tokenizer, messages):
 def rendered_rows(tokenizer, rows):
     """Conversational rows → the rows grpo_edu's trainer samples from: the prompt rendered to text (the
     trainer encodes it), every other column kept. The tokenizer and rows are checked first."""
+    from grpo_edu.training.model.chat_tokenizer import check_no_special_text
+
     check_chat_tokenizer(tokenizer)
     check_conversational_rows(rows)
     for i, row in enumerate(rows):
