@@ -80,6 +80,7 @@ CORRECT = {
     "14.1": lambda L, D, H, K, d, I, V, n, c: sum(L * (2 * (D * (H + 2 * K) * d + H * d * D + 3 * D * I) + 4 * H * d * p)
                                                   + 2 * D * V for p in range(c + 1, c + n + 1)),
     "15.1": lambda ids, end, lens: _tool_mask_by_hand(ids.tolist(), end, lens.tolist()),
+    "16.1": lambda ids, end: [[int(end not in row[:t]) for t in range(len(row))] for row in ids.tolist()],
 }
 
 
@@ -140,6 +141,10 @@ WRONG = {
                                                         + 4 * H * d * p) + 2 * D * V for p in range(1, n + 1))],
     "15.1": [lambda ids, end, lens: (np.cumsum(ids == end) == 0).astype(int),             # only before the first call
              lambda ids, end, lens: np.where(np.roll(ids == end, 1), 0, 1)],              # one token after every "]"
+    "16.1": [lambda ids, end: (ids != end).astype(int),                                  # the padding mask, pad = eos
+             lambda ids, end: (np.cumsum(ids == end, axis=1) == 0).astype(int),          # the end token left out
+             lambda ids, end: (np.cumsum((ids == end)[:, ::-1], axis=1)[:, ::-1] > 0)     # up to the LAST end
+             | ~(ids == end).any(axis=1, keepdims=True)],
 }
 
 

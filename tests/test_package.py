@@ -104,7 +104,7 @@ def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"00.2", "08.1", "08.2", "08.3", "08.4",
                                                    "02.4", "03.4", "04.5", "04.6", "05.6", "06.5",
                                                    "11.4", "12.1", "12.2", "12.3", "12.4", "13.1", "07.5", "10.4", "09.4", "09.5",
-                                                   "14.1", "15.1"}   # code exercises: test_exercises.py; 00.2: test_diagrams.py
+                                                   "14.1", "15.1", "16.1"}   # code exercises: test_exercises.py; 00.2: test_diagrams.py
     assert check("01.1", None) is False
     with pytest.raises(ValueError, match="^exercise_id: unknown exercise"):
         check("99.9", 1)

@@ -127,6 +127,15 @@ EXERCISES: dict[str, Any] = {
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in solve.composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
                      "'' is not right but has length 0; '46' is right with length 2."),
+    # lesson 16: real text
+    "16.1": CodeExercise("Write my_completion_mask(ids, end_token_id): ids is an (N, T) numpy array of sampled answers "
+                         "(anything may follow an answer's end: padding, or more samples); return the (N, T) loss "
+                         "mask: 1 on each answer's tokens up to AND including its first end token, 0 after it; a "
+                         "row with no end token was cut at T and keeps all T tokens.",
+                         solve.completion_mask_ref, solve.completion_ids_input,
+                         "count, at each position, the end tokens strictly before it (a cumulative sum minus the "
+                         "token itself): the mask is 1 where that count is 0. ids != end_token_id is the padding "
+                         "mask, which drops the end token itself."),
     # lesson 15: tools and multi-turn rollouts
     "15.1": CodeExercise("Write my_tool_mask(ids, call_end, reply_lengths): ids is one completion's token ids (a "
                          "numpy array), call_end the id that closes a call, reply_lengths the length of each tool "

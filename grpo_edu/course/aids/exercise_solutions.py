@@ -514,3 +514,20 @@ def forward_flops_input(rng):
     d = int(rng.choice([8, 16, 32]))
     return (int(rng.integers(1, 5)), H * d, H, K, d, int(rng.integers(8, 300)), int(rng.integers(10, 500)),
             int(rng.integers(0, 21)), int(rng.integers(0, 51)))
+
+
+def completion_mask_ref(ids, end_token_id):
+    """Lesson 16: the completion mask, by the library (1 up to and including each row's first end token)."""
+    import torch
+
+    from grpo_edu.training.text.completion_mask import completion_mask
+
+    return completion_mask(torch.as_tensor(ids), int(end_token_id))[0].numpy()
+
+
+def completion_ids_input(rng):
+    """(N, T) sampled ids with end token 2: some rows end once (then padding 0 or more samples), some twice, some
+    never (cut at T)."""
+    N, T = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+    ids = rng.choice([0, 2, 5, 6, 7], size=(N, T), p=[0.1, 0.25, 0.25, 0.2, 0.2])
+    return (ids, 2)

@@ -21,18 +21,24 @@ def retokenize(tokenizer, ids):
 def drift(tokenizer, samples):
     """How many sampled id lists come back different after decode-then-encode. ``samples``: lists of ids
     (each answer's own tokens, its end token included, no padding). Returns ``(share, info)`` with
-    ``info["changed"]`` (their indices), ``info["examples"]`` (up to 3: sampled → re-encoded, as tokens) and
-    ``info["token_share"]`` (the share of sampled tokens at a position where the two lists disagree)."""
-    changed, examples, differing, total = [], [], 0, 0
+    ``info["changed"]`` (their indices), ``info["examples"]`` (up to 3: sampled → re-encoded, as tokens),
+    ``info["token_share"]`` (the share of sampled tokens at a position where the two lists disagree), and the
+    changed answers split by cause: ``info["broken_bytes"]``, those whose decoded text holds U+FFFD (bytes that
+    are no UTF-8 character: the text itself changed), and ``info["non_canonical"]``, the others (the same text,
+    split into other tokens than the tokenizer would: TRL #5224's case)."""
+    changed, examples, differing, total, broken = [], [], 0, 0, []
     for i, ids in enumerate(samples):
         ids = list(ids)
         again = retokenize(tokenizer, ids)
         total += len(ids)
         if again != ids:
             changed.append(i)
+            if "\ufffd" in tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False):
+                broken.append(i)
             same = sum(a == b for a, b in zip(ids, again))
             differing += len(ids) - same
             if len(examples) < 3:
                 examples.append((tokenizer.convert_ids_to_tokens(ids), tokenizer.convert_ids_to_tokens(again)))
     return len(changed) / max(len(samples), 1), {"changed": changed, "examples": examples,
-                                                  "token_share": differing / max(total, 1)}
+                                                  "token_share": differing / max(total, 1), "broken_bytes": broken,
+                                                  "non_canonical": [i for i in changed if i not in set(broken)]}
