@@ -386,15 +386,20 @@ def trl_dataset_rows(task, rows):
     return [{"prompt": r["prompt"], "answer": r["answer"]} if "answer" in r else {"prompt": r["prompt"]} for r in rows]
 
 
-def write_trl_dataset(task, rows, path):
+def write_trl_dataset(task, rows, path, *, overwrite=False):
     """:func:`trl_dataset_rows` as a JSON-lines file (``datasets.load_dataset("json", data_files=path)`` reads
-    it back); returns the number of rows written."""
+    it back); returns the number of rows written. An existing file is refused unless ``overwrite`` (then it is
+    replaced whole or not at all)."""
     import json
 
+    from grpo_edu.common import _checks
+
+    problem = _checks.output_file_problem(path, overwrite=overwrite, flag="overwrite=True")
+    if problem:
+        _checks.fail("path", *problem)
     out = trl_dataset_rows(task, rows)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in out:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in out)
+    _checks.write_result_file(path, text, overwrite=overwrite)
     return len(out)
 
 

@@ -259,13 +259,21 @@ def cmd_export(args):
         parent = Path(dataset_out).resolve().parent
         if not parent.is_dir():
             _fail("--dataset-out", f"its folder {parent} does not exist", "create the folder, or name a file in one")
+        if config.dataset is not None and os.path.abspath(config.dataset) == os.path.abspath(dataset_out):
+            _fail("--dataset-out", f"{dataset_out} is also the run's --dataset, which the export would overwrite "
+                  "(and --dataset cannot read TRL's form back)", "write the export to a file of its own, e.g. trl.jsonl")
+        from grpo_edu.common import _checks
+
+        problem = _checks.output_file_problem(dataset_out, overwrite=args.overwrite)
+        if problem:                                # an existing file is replaced only with --overwrite
+            _fail("--dataset-out", *problem)
     if args.target == "trl":
         result = to_trl(config, num_processes=args.processes)
         if dataset_out is not None:
             from grpo_edu.beyond.export import write_trl_dataset
 
             task = get_task(config.task)
-            n = write_trl_dataset(task, rows, dataset_out)
+            n = write_trl_dataset(task, rows, dataset_out, overwrite=args.overwrite)
             form = "conversational (prompt: a list of {role, content} messages)" if hasattr(task, "messages") \
                 else "standard (prompt: a string)"
             print(f"grpo-edu export: wrote {n} rows to {dataset_out}, TRL's {form} form: "
@@ -419,7 +427,9 @@ def add_export(sub):
                     help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
     ex.add_argument("--dataset-out", default=None, metavar="FILE.jsonl",
                     help="Also write the run's train prompts as TRL reads them (trl only): for a chat task "
-                         "(words) the conversational form, each prompt a list of {role, content} messages.")
+                         "(words) the conversational form, each prompt a list of {role, content} messages. An "
+                         "existing file is refused unless --overwrite.")
+    ex.add_argument("--overwrite", action="store_true", help="let --dataset-out replace an existing file")
     _add_config_flags(ex)
     _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)

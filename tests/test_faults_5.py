@@ -1,0 +1,97 @@
+"""Faults, fifth pass (issue 66): each test reproduces a case of the probe (its id in the name's comment)
+and fails on the code before the fix."""
+
+import json
+
+import pytest
+
+from grpo_edu.cli import main
+
+ROWS = [{"prompt": "Tom has 3 apples and buys 4 more. How many?", "answer": "7"},
+        {"prompt": "Anna has 5 pens and gives away 2. How many are left?", "answer": "3"}]
+
+
+def _write_rows(path):
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    return path.read_bytes()
+
+
+# --- loses work -----------------------------------------------------------------------------------------------
+def test_export_dataset_out_never_replaces_the_runs_own_dataset_or_another_file(tmp_path, capsys):   # C14b, C15, C19
+    data = tmp_path / "data.jsonl"
+    before = _write_rows(data)
+    common = ["export", "trl", "--task", "words", "--batch-size", "2", "--dataset", str(data)]
+    assert main(common + ["--dataset-out", str(data), "--overwrite"]) == 2     # its own input: never
+    assert "is also the run's --dataset" in capsys.readouterr().err
+    assert data.read_bytes() == before
+    other = tmp_path / "metrics.jsonl"
+    other.write_text('{"step": 1}\n')
+    assert main(common + ["--dataset-out", str(other)]) == 2
+    assert "already exists" in capsys.readouterr().err and other.read_text() == '{"step": 1}\n'
+    assert main(common + ["--dataset-out", str(other), "--overwrite"]) == 0
+    assert len(other.read_text().splitlines()) == 2
+    (tmp_path / "adir.jsonl").mkdir()
+    assert main(common + ["--dataset-out", str(tmp_path / "adir.jsonl")]) == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
+def test_write_trl_dataset_refuses_an_existing_file(tmp_path):
+    from grpo_edu.beyond.export import write_trl_dataset
+    from grpo_edu.training.task.tasks import get_task
+
+    target = tmp_path / "out.jsonl"
+    target.write_text("keep\n")
+    with pytest.raises(ValueError, match="already exists"):
+        write_trl_dataset(get_task("words"), ROWS, target)
+    assert target.read_text() == "keep\n"
+    assert write_trl_dataset(get_task("words"), ROWS, target, overwrite=True) == 2
+
+
+def _refuse_runs(monkeypatch, module, *names):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a run started before --json was checked")
+    for name in names:
+        monkeypatch.setattr(module, name, refuse)
+
+
+@pytest.mark.parametrize("module, names, argv", [
+    ("tools_runs", ("run",), ["--seeds", "0"]),
+    ("text_clinic", ("run", "measurements"), ["--case", "healthy"]),
+])
+def test_experiment_json_is_checked_before_any_run_and_kept_without_overwrite(tmp_path, monkeypatch, capsys,
+                                                                             module, names, argv):
+    import importlib
+
+    mod = importlib.import_module(f"grpo_edu.course.experiments.{module}")
+    _refuse_runs(monkeypatch, mod, *names)
+    stored = tmp_path / "stored.json"
+    stored.write_text("{}")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for target, says in ((stored, "already exists"), (afile / "sub.json", "does not exist"),
+                         (tmp_path, "is a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            mod.main(argv + ["--json", str(target)])
+        assert exit_.value.code == 2 and says in capsys.readouterr().err
+    assert stored.read_text() == "{}"
+
+
+def test_replay_advice_checks_its_folder_before_any_run_and_keeps_stored_seeds(tmp_path, monkeypatch, capsys):
+    from grpo_edu.course.experiments import replay_advice
+
+    _refuse_runs(monkeypatch, replay_advice, "run_seed")
+    (tmp_path / "native-seed1.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        replay_advice.main(["--seeds", "0", "1", "--json", str(tmp_path)])
+    assert "native-seed1.json already exists" in capsys.readouterr().err
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for folder in (afile, afile / "sub"):
+        with pytest.raises(SystemExit):
+            replay_advice.main(["--seeds", "0", "--json", str(folder)])
+        assert "--json" in capsys.readouterr().err
+    calls = []
+    monkeypatch.setattr(replay_advice, "run_seed", lambda seed, variants: calls.append(seed) or [])
+    monkeypatch.setattr(replay_advice, "table", lambda rows: [])
+    assert replay_advice.main(["--seeds", "1", "--json", str(tmp_path), "--overwrite"]) == 0
+    assert calls == [1] and json.loads((tmp_path / "native-seed1.json").read_text())["rows"] == []
