@@ -95,3 +95,39 @@ def test_replay_advice_checks_its_folder_before_any_run_and_keeps_stored_seeds(t
     monkeypatch.setattr(replay_advice, "table", lambda rows: [])
     assert replay_advice.main(["--seeds", "1", "--json", str(tmp_path), "--overwrite"]) == 0
     assert calls == [1] and json.loads((tmp_path / "native-seed1.json").read_text())["rows"] == []
+
+
+# --- hangs ----------------------------------------------------------------------------------------------------
+def _words_tokenizer(template_prefix):
+    from transformers import AutoTokenizer
+
+    from grpo_edu.training.model.models import ASSETS
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ASSETS / "tiny-words"))
+    tokenizer.chat_template = template_prefix + tokenizer.chat_template
+    return tokenizer
+
+
+def test_a_chat_template_that_loops_without_end_is_stopped_and_refused(monkeypatch):        # B07, B35
+    from grpo_edu.training.model import chat_tokenizer
+
+    monkeypatch.setattr(chat_tokenizer, "TEMPLATE_SECONDS", 0.5)
+    nested = "{%- for i in range(100000) %}{%- for j in range(100000) %}{%- endfor %}{%- endfor %}"
+    with pytest.raises(ValueError, match=r"^tokenizer\.chat_template: ran past 0\.5 s for one prompt"):
+        chat_tokenizer.check_chat_tokenizer(_words_tokenizer(nested))
+
+
+def test_a_chat_template_that_writes_hundreds_of_megabytes_is_refused():                     # B08, B34
+    from grpo_edu.training.model import chat_tokenizer
+
+    huge = "{%- for m in messages %}{{- m['content'] * 1000000 }}{%- endfor %}"     # 9 MB of 'Be brief.'
+    with pytest.raises(ValueError, match=r"^tokenizer\.chat_template: wrote \d\d,\d{3},\d{3} characters for one prompt"):
+        chat_tokenizer.check_chat_tokenizer(_words_tokenizer(huge))
+    from grpo_edu.training.task.tasks import get_task
+
+    task = get_task("words")                    # the model's own template still renders every prompt
+    tokenizer = _words_tokenizer("")
+    rows = task.split("heldout")[:3]
+    assert [r["prompt"] for r in chat_tokenizer.render_prompts(tokenizer, task, rows)] == [
+        tokenizer.apply_chat_template(task.messages(r["prompt"]), tokenize=False, add_generation_prompt=True)
+        for r in rows]

@@ -87,7 +87,9 @@ def render_prompt(tokenizer, messages):
     what ``apply_chat_template(…, tokenize=True)`` does and so what TRL 1.16 builds. Returns ``(ids, info)``
     with ``info["text"]``."""
     check_conversational_rows([{"prompt": messages}])
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from grpo_edu.training.model.chat_tokenizer import render_chat
+
+    text, = render_chat(tokenizer, [messages], add_generation_prompt=True)      # bounded in time and size
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return ids, {"text": text}
 

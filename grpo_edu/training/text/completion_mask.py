@@ -57,7 +57,9 @@ def token_roles(tokenizer, messages, completion_ids=()):
     A token is a message's when its characters lie inside that message's content in the rendered text
     (the fast tokenizer's offsets); byte-level BPE never merges across the template's newlines or special
     tokens, so no token straddles the two."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from grpo_edu.training.model.chat_tokenizer import render_chat
+
+    text, = render_chat(tokenizer, [messages], add_generation_prompt=True)      # bounded in time and size
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans, start = [], 0
     for m in messages:                                          # each content's (start, end) in the text
