@@ -131,3 +131,41 @@ def test_a_chat_template_that_writes_hundreds_of_megabytes_is_refused():        
     assert [r["prompt"] for r in chat_tokenizer.render_prompts(tokenizer, task, rows)] == [
         tokenizer.apply_chat_template(task.messages(r["prompt"]), tokenize=False, add_generation_prompt=True)
         for r in rows]
+
+
+def _tasks():
+    from grpo_edu.training.task.calc import CalcTask
+    from grpo_edu.training.task.sums import SumsTask
+    from grpo_edu.training.task.tasks import ArithmeticTask
+    from grpo_edu.training.task.words import WordsTask
+
+    return WordsTask, SumsTask, CalcTask, ArithmeticTask
+
+
+@pytest.mark.parametrize("make, says", [                                                    # W01, W02, W03, W05
+    (lambda W, S, C, A: W("w", "", high=3), r"^train_size: .*only 2,160 distinct questions .*Fix: .*widen"),
+    (lambda W, S, C, A: W("w", "", high=6), r"^train_size: .*only 8,208 distinct questions"),
+    (lambda W, S, C, A: W("w", "", low=5, high=2), r"^high: must be an integer ≥ 5, got 2"),
+    (lambda W, S, C, A: W("w", "", heldout_size=-5), r"^heldout_size: must be an integer ≥ 1"),
+    (lambda W, S, C, A: W("w", "", low=-9, high=-1), r"^low: must be an integer ≥ 0, got -9"),
+    (lambda W, S, C, A: S("s", "", max_terms=2), r"^train_size: .*only 81 distinct sums"),
+    (lambda W, S, C, A: S("s", "", min_terms=4, max_terms=3), r"^max_terms: must be an integer ≥ 4"),
+    (lambda W, S, C, A: S("s", "", low=3, high=1), r"^high: must be an integer ≥ 3"),
+    (lambda W, S, C, A: C("c", "", max_digits=1), r"^train_size: .*only 81 distinct pairs"),
+    (lambda W, S, C, A: C("c", "", max_digits=0), r"^max_digits: must be an integer ≥ 1"),
+    (lambda W, S, C, A: A("a", "", op="+", low=1, high=9, train_size=200), r"^train_size: .*only 81 distinct"),
+    (lambda W, S, C, A: A("a", "", op="+", low=1, high=9, heldout_size=81), r"^heldout_size: .*only 81 distinct"),
+    (lambda W, S, C, A: A("a", "", op="*", low=1, high=9), r"^op: unknown value '\*'"),
+])
+def test_generated_tasks_refuse_ranges_and_sizes_they_cannot_draw(make, says):
+    with pytest.raises(ValueError, match=says):
+        make(*_tasks())
+
+
+def test_a_task_may_ask_for_every_question_that_exists():
+    from grpo_edu.training.task.words import distinct_questions
+
+    W, S, C, A = _tasks()
+    words = W("w", "", high=3, heldout_size=60, train_size=distinct_questions(1, 3) - 60)
+    assert len({r["prompt"] for r in words.split("train") + words.split("heldout")}) == distinct_questions(1, 3)
+    assert len(A("a", "", op="-", low=1, high=9, ordered=True, heldout_size=5).split("train")) == 45 - 5

@@ -26,6 +26,29 @@ def positive_int(arg, value, *, minimum=1, fix=None):
     return value
 
 
+def number_range(low, high, *, fix_low="pass the smallest number, 0 or more"):
+    """Check a generated task's number range: whole numbers with ``0 ≤ low ≤ high`` (bools refused)."""
+    positive_int("low", low, minimum=0, fix=fix_low)
+    positive_int("high", high, minimum=low, fix=f"pass the largest number, at least low ({low})")
+
+
+def split_sizes(heldout_size, train_size, distinct, *, what, more):
+    """Check a generated task's split sizes before anything is drawn: whole numbers ≥ 1 (``train_size``
+    None: every prompt not held out), and together at most the ``distinct`` prompts that exist, since
+    the splits are drawn without repeats and a draw for more than exist would never end. ``what`` names
+    the prompts ("questions"); ``more`` says how to get more of them (e.g. "widen [low, high]")."""
+    positive_int("heldout_size", heldout_size, fix="pass how many prompts to hold out, 1 or more")
+    if train_size is not None:
+        positive_int("train_size", train_size, fix="pass how many train prompts to draw, 1 or more")
+    wanted = heldout_size + (1 if train_size is None else train_size)
+    if wanted > distinct:
+        asked = (f"{heldout_size:,} held out and at least one to train on" if train_size is None else
+                 f"{heldout_size:,} held out and {train_size:,} to train on, {wanted:,} in all")
+        fail("train_size" if train_size is not None else "heldout_size",
+             f"asks for {asked}, but only {distinct:,} distinct {what} exist, so the draw without repeats "
+             "would never end", f"ask for at most {distinct:,} in all, or {more}")
+
+
 def is_finite_number(value):
     """True for a finite int or float (bools are refused)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
