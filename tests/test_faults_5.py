@@ -169,3 +169,125 @@ def test_a_task_may_ask_for_every_question_that_exists():
     words = W("w", "", high=3, heldout_size=60, train_size=distinct_questions(1, 3) - 60)
     assert len({r["prompt"] for r in words.split("train") + words.split("heldout")}) == distinct_questions(1, 3)
     assert len(A("a", "", op="-", low=1, high=9, ordered=True, heldout_size=5).split("train")) == 45 - 5
+
+
+# --- insecure -------------------------------------------------------------------------------------------------
+def test_a_reward_model_backbone_is_checked_as_the_policy_is(tmp_path):                      # K15, K08, K18
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from grpo_edu.training.model.models import sums_model_dir
+    from grpo_edu.training.reward_models.reward_model import make_reward_model
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(sums_model_dir(), pickled)
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"^backbone: .*only in pickle format \(pytorch_model\.bin\)"):
+        make_reward_model(pickled)
+    with pytest.raises(ValueError, match=r"^backbone: no such folder"):
+        make_reward_model(str(tmp_path / "no" / "such-model"))
+    broken = tmp_path / "nan"
+    shutil.copytree(sums_model_dir(), broken)
+    from safetensors.torch import save_file
+
+    weights = load_file(broken / "model.safetensors")
+    first = sorted(weights)[0]
+    weights[first] = torch.full_like(weights[first], float("nan"))
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"^backbone: .*NaN or infinite weights"):
+        make_reward_model(broken)
+
+
+# --- wrong ----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sums_rm():
+    from grpo_edu.training.model.models import sums_model_dir
+    from grpo_edu.training.reward_models.reward_model import make_reward_model
+
+    return make_reward_model(sums_model_dir(), seed=0)
+
+
+def test_a_reward_model_refuses_another_models_tokenizer(sums_rm):                             # K09, K10
+    from transformers import AutoTokenizer
+
+    from grpo_edu.training.model.models import bundled_model_dir, words_model_dir
+    from grpo_edu.training.reward_models.reward_function import RewardModelReward
+    from grpo_edu.training.reward_models.reward_trainer import train_reward_model
+
+    rm, own = sums_rm
+    assert len(RewardModelReward([rm], own)(["1+2="], ["3#3"])) == 1   # its own tokenizer: accepted
+    adder = AutoTokenizer.from_pretrained(str(bundled_model_dir()))   # its ids fit, '#' is <unk> there
+    with pytest.raises(ValueError, match=r"^tokenizer: is not the reward model's own .*'#'"):
+        RewardModelReward([rm], adder)
+    words = AutoTokenizer.from_pretrained(str(words_model_dir()))     # ids past the RM's embedding
+    with pytest.raises(ValueError, match=r"^tokenizer: has \d+ tokens, but the reward model's embedding has 21"):
+        RewardModelReward([rm], words)
+    with pytest.raises(ValueError, match=r"^tokenizer: is not the reward model's own"):
+        train_reward_model(rm, adder, [{"prompt": "1+2=", "chosen": "3#3", "rejected": "9#9"}])
+
+
+A_PAIR = {"prompt": "1+2=", "chosen": "3+0=3#3", "rejected": "9#9"}
+B_PAIR = {"prompt": "2+2=", "chosen": "4#4", "rejected": "5#5"}
+
+
+@pytest.mark.parametrize("pairs", [[A_PAIR, dict(B_PAIR, margin=5.0)], [dict(A_PAIR, margin=5.0), B_PAIR]])
+def test_margins_on_some_pairs_only_are_refused_whichever_comes_first(sums_rm, pairs):           # A55, K04, K05
+    from grpo_edu.training.reward_models.preference_data import check_pairs
+    from grpo_edu.training.reward_models.reward_trainer import pair_loss, train_reward_model
+
+    rm, tok = sums_rm
+    with pytest.raises(ValueError, match=r"^pairs\[\d\]\.margin: is missing, while pairs\[\d\] has one"):
+        check_pairs(pairs)
+    with pytest.raises(ValueError, match=r"margin: is missing"):
+        pair_loss(rm, tok, pairs)
+    with pytest.raises(ValueError, match=r"margin: is missing"):
+        train_reward_model(rm, tok, pairs, epochs=1, batch_size=2)
+
+
+def test_margins_on_every_pair_are_used(sums_rm):
+    from grpo_edu.training.reward_models.reward_trainer import pair_loss
+
+    rm, tok = sums_rm
+    plain, _ = pair_loss(rm, tok, [A_PAIR, B_PAIR])
+    zero, _ = pair_loss(rm, tok, [dict(A_PAIR, margin=0.0), dict(B_PAIR, margin=0.0)])
+    wide, _ = pair_loss(rm, tok, [dict(A_PAIR, margin=5.0), dict(B_PAIR, margin=5.0)])
+    assert float(zero) == pytest.approx(float(plain)) and float(wide) > float(plain)
+
+
+def test_a_pair_that_is_not_a_dict_is_named():                                                     # A53, K23
+    from grpo_edu.training.reward_models.preference_data import check_pairs
+
+    with pytest.raises(ValueError, match=r"^pairs\[1\]: is a tuple, not a dict"):
+        check_pairs([A_PAIR, ("1+2=", "3", "4")])
+
+
+@pytest.mark.parametrize("where", ["rewards_chosen", "rewards_rejected", "margin"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_bradley_terry_names_a_non_finite_score(where, bad):                                      # A40, A41
+    import torch
+
+    from grpo_edu.core.preference import bradley_terry_loss
+
+    values = {"rewards_chosen": torch.tensor([1.0, 2.0]), "rewards_rejected": torch.tensor([0.0, 0.5]),
+              "margin": torch.tensor([0.1, 0.2])}
+    values[where][1] = bad
+    with pytest.raises(ValueError, match=rf"^{where}: holds NaN or ±inf \(first at pair 1"):
+        bradley_terry_loss(values["rewards_chosen"], values["rewards_rejected"], margin=values["margin"])
+
+
+def test_a_reward_models_infinite_score_is_refused_where_it_is_made(sums_rm):                      # K13
+    import copy
+
+    import torch
+
+    from grpo_edu.training.reward_models.reward_model import score
+
+    rm, tok = sums_rm
+    broken = copy.deepcopy(rm)
+    with torch.no_grad():
+        broken.score.weight.fill_(float("inf"))
+    with pytest.raises(ValueError, match=r"^reward_model: scored completion 0 (inf|-inf|nan)"):
+        score(broken, tok, ["1+2="], ["3#3"])

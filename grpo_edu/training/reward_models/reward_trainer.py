@@ -15,7 +15,8 @@ import torch
 from grpo_edu.common import _checks
 from grpo_edu.core.preference import bradley_terry_loss
 from grpo_edu.training.reward_models.preference_data import check_pairs
-from grpo_edu.training.reward_models.reward_model import check_reward_model, score_ids, text_ids
+from grpo_edu.training.reward_models.reward_model import (check_reward_model, check_tokenizer_matches, score_ids,
+                                                         text_ids)
 
 
 def pair_rewards(model, tokenizer, pairs):
@@ -27,7 +28,9 @@ def pair_rewards(model, tokenizer, pairs):
 
 
 def pair_loss(model, tokenizer, pairs, *, center_rewards_coefficient=None):
-    """The BT loss on ``pairs`` (with each pair's ``margin`` when the pairs carry one); ``(loss, info)``."""
+    """The BT loss on ``pairs`` (with each pair's ``margin`` when the pairs carry one: all do, or none,
+    :func:`check_pairs`); ``(loss, info)``."""
+    pairs = check_pairs(pairs)
     rewards_chosen, rewards_rejected = pair_rewards(model, tokenizer, pairs)
     margin = None
     if "margin" in pairs[0]:
@@ -42,6 +45,7 @@ def train_reward_model(model, tokenizer, pairs, *, epochs=4, batch_size=32, lear
 
     ``history``: one dict per step, ``{"step", "loss", "accuracy", "margin"}`` (TRL's names)."""
     check_reward_model(model)
+    check_tokenizer_matches(model, tokenizer)
     pairs = check_pairs(pairs)
     _checks.positive_int("epochs", epochs)
     _checks.positive_int("batch_size", batch_size)
