@@ -291,3 +291,45 @@ def test_a_reward_models_infinite_score_is_refused_where_it_is_made(sums_rm):   
         broken.score.weight.fill_(float("inf"))
     with pytest.raises(ValueError, match=r"^reward_model: scored completion 0 (inf|-inf|nan)"):
         score(broken, tok, ["1+2="], ["3#3"])
+
+
+# --- poor: flags a method would ignore --------------------------------------------------------------------------
+TINY = ["--total-training-steps", "1", "--batch-size", "2", "--num-generations", "2", "--eval-size", "0"]
+
+
+@pytest.mark.parametrize("argv, flag", [                                                       # D05–D09
+    (["--method", "reinforce", "--advantage-estimator", "rloo"], "--advantage-estimator"),
+    (["--method", "dpo", "--loss-type", "dapo"], "--loss-type"),
+    (["--method", "dpo", "--epsilon-high", "0.28"], "--epsilon-high"),
+    (["--method", "dpo_offline", "--replay-ratio", "0.3"], "--replay-ratio"),
+    (["--method", "rft", "--dynamic-sampling"], "--dynamic-sampling"),
+    (["--method", "ppo", "--scale", "batch"], "--scale"),
+    (["--method", "ppo", "--replay-path", "r.sqlite", "--replay-ratio", "0.3"], "--replay-"),
+    (["--method", "reinforce_dr_grpo", "--loss-type", "dapo"], "--loss-type"),
+])
+def test_a_grpo_only_flag_is_refused_for_a_method_that_ignores_it(argv, flag, capsys, monkeypatch):
+    from grpo_edu.training.model import models
+    from grpo_edu.training.trainers import family
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the flags were checked")
+    monkeypatch.setattr(family, "make_trainer", refuse)
+    monkeypatch.setattr(models, "load_model_and_tokenizer", refuse)
+    assert main(["train", *TINY, *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag}" in err and f"--method {argv[1]} would ignore it" in err
+
+
+@pytest.mark.parametrize("argv, family", [(["--method", "ppo", "--loss-type", "dapo"], True),
+                                          (["--method", "reinforce", "--loss-type", "dr_grpo"], False),
+                                          (["--method", "grpo", "--scale", "batch"], False),
+                                          (["--method", "reinforce_dr_grpo"], False)])      # D15: a control
+def test_flags_a_method_uses_and_the_controls_are_accepted(argv, family):
+    from grpo_edu.cli import build_parser, method_flags
+    from grpo_edu.common import command_line
+    from grpo_edu.training.trainers.config import GRPOConfig
+    from grpo_edu.training.trainers.family import FamilyConfig
+
+    args = command_line.parse_args(build_parser("train"), ["train", *TINY, *argv])
+    method, settings = method_flags.method_and_settings(args, default_beta=GRPOConfig.beta)
+    assert method == argv[1] and (settings == FamilyConfig() if family else settings is None)
