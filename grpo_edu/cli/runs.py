@@ -145,7 +145,7 @@ def cmd_train(args):
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.family import make_trainer
     from grpo_edu.training.task.tasks import get_task
-    from grpo_edu.training.trainers.trainer import unchanged_reason
+    from grpo_edu.training.trainers.trainer import no_signal_fix, unchanged_reason
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -215,7 +215,10 @@ def cmd_train(args):
               f"grpo-edu eval --model {out}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")
     unchanged = unchanged_reason(history) if trainer.config.max_grad_norm > 0 else None
-    if unchanged:                                   # a run that trained nothing does not end as a success
+    if unchanged and all(row["grad_norm"] == 0 for row in history):   # σ = 0 everywhere: the task gave nothing
+        print(f"grpo-edu train: warning: nothing was trained: {unchanged}. Fix: "
+              f"{no_signal_fix(history, trainer.config.num_generations)}", file=sys.stderr)
+    elif unchanged:                                 # ∞ or NaN gradients: a broken run does not end as a success
         print(f"grpo-edu train: error: nothing was trained: {unchanged}. Fix: check the run's settings against "
               "grpo-edu train --help, and its metrics (grad_norm) with grpo-edu diagnose", file=sys.stderr)
         return 1
