@@ -333,3 +333,17 @@ def test_flags_a_method_uses_and_the_controls_are_accepted(argv, family):
     args = command_line.parse_args(build_parser("train"), ["train", *TINY, *argv])
     method, settings = method_flags.method_and_settings(args, default_beta=GRPOConfig.beta)
     assert method == argv[1] and (settings == FamilyConfig() if family else settings is None)
+
+
+@pytest.mark.parametrize("settings, says", [                                                  # A117, A121, A120
+    (dict(static_cache="yes"), r"^static_cache: must be True or False, got 'yes'"),
+    (dict(static_cache=True, cuda_graphs="no"), r"^cuda_graphs: must be True or False, got 'no'"),
+    (dict(static_cache=1), r"^static_cache: must be True or False, got 1"),
+    (dict(static_cache=True, buckets=(10 ** 9,)), r"^buckets: holds 1,000,000,000, but .* at most 65,536"),
+])
+def test_decode_settings_check_their_types_and_bucket_sizes(settings, says):
+    from grpo_edu.training.rollouts.static_cache import DecodeSettings
+
+    with pytest.raises(ValueError, match=says):
+        DecodeSettings(**settings)
+    DecodeSettings(static_cache=True, buckets=(8, 1 << 16))
