@@ -111,7 +111,7 @@ def _words_tokenizer(template_prefix):
 def test_a_chat_template_that_loops_without_end_is_stopped_and_refused(monkeypatch):        # B07, B35
     from grpo_edu.training.model import chat_tokenizer
 
-    monkeypatch.setattr(chat_tokenizer, "TEMPLATE_SECONDS", 0.5)
+    monkeypatch.setattr(chat_tokenizer, "TEMPLATE_SECONDS", 0.5, raising=False)
     nested = "{%- for i in range(100000) %}{%- for j in range(100000) %}{%- endfor %}{%- endfor %}"
     with pytest.raises(ValueError, match=r"^tokenizer\.chat_template: ran past 0\.5 s for one prompt"):
         chat_tokenizer.check_chat_tokenizer(_words_tokenizer(nested))
