@@ -347,3 +347,55 @@ def test_decode_settings_check_their_types_and_bucket_sizes(settings, says):
     with pytest.raises(ValueError, match=says):
         DecodeSettings(**settings)
     DecodeSettings(static_cache=True, buckets=(8, 1 << 16))
+
+
+# --- poor: a damaged tokenizer, or one that asks to run code -----------------------------------------------------
+def _damaged_words_model(tmp_path, damage):
+    import shutil
+
+    from grpo_edu.training.model.models import words_model_dir
+
+    folder = tmp_path / "m"
+    shutil.copytree(words_model_dir(), folder)
+    damage(folder)
+    return folder
+
+
+def _cut(folder):
+    data = (folder / "tokenizer.json").read_bytes()
+    (folder / "tokenizer.json").write_bytes(data[: len(data) // 2])
+
+
+def _empty_vocab(folder):
+    tok = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    tok["model"]["vocab"] = {}
+    (folder / "tokenizer.json").write_text(json.dumps(tok), encoding="utf-8")
+
+
+def _auto_map(folder):
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config.update(auto_map={"AutoTokenizer": ["evil_tok.EvilTokenizer", None]}, tokenizer_class="EvilTokenizer")
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+@pytest.mark.parametrize("damage, says", [                                           # B14–B18
+    (_cut, r"the tokenizer in \S+ cannot be read \(tokenizer\.json, tokenizer_config\.json: JSONDecodeError"),
+    (lambda f: (f / "tokenizer.json").write_bytes(bytes(range(256)) * 8), r"cannot be read .*UnicodeDecodeError"),
+    (_empty_vocab, r"cannot be read .*out of vocabulary"),
+    (_auto_map, r"tokenizer_config\.json asks to run the folder's own Python code .*--trust-remote-code"),
+])
+def test_a_damaged_or_code_running_tokenizer_is_named_with_its_files_and_the_fix(tmp_path, damage, says):
+    from grpo_edu.training.model.models import load_model_and_tokenizer
+
+    folder = _damaged_words_model(tmp_path, damage)
+    with pytest.raises(ValueError, match=f"^model: .*{says}") as refused:
+        load_model_and_tokenizer(str(folder))
+    assert ". Fix: " in str(refused.value)
+
+
+@pytest.mark.parametrize("command, damage", [("train", _empty_vocab), ("eval", _cut)])        # B30–B33, B36
+def test_train_and_eval_name_a_damaged_tokenizer_instead_of_a_traceback(tmp_path, capsys, command, damage):
+    folder = _damaged_words_model(tmp_path, damage)
+    extra = ["--output-dir", str(tmp_path / "run")] if command == "train" else []
+    assert main([command, "--task", "words", "--model", str(folder), *extra]) == 2
+    assert f"grpo-edu {command}: error: model: the tokenizer in {folder} cannot be read" in capsys.readouterr().err

@@ -14,6 +14,7 @@ sampling traceback later).
 """
 
 import errno
+import json
 import os
 import re
 import socket
@@ -229,9 +230,41 @@ def load_kwargs():
     return {"use_safetensors": True, **no_hub_kernels()}
 
 
+def load_tokenizer(source, *, trust_remote_code=False, arg="model"):
+    """``AutoTokenizer.from_pretrained(source)``, with what stops it named: a folder whose tokenizer asks to run its
+    own code (``auto_map``) without ``trust_remote_code``, and a damaged tokenizer file (cut short, not UTF-8,
+    a vocabulary that does not hold its own merges), each naming the folder's tokenizer files and the fix."""
+    from transformers import AutoTokenizer
+
+    folder = Path(source)
+    files = [name for name in TOKENIZER_FILES if (folder / name).is_file()] if folder.is_dir() else []
+    if files and not trust_remote_code:
+        try:
+            config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = {}                          # missing or damaged: from_pretrained names it below
+        if isinstance(config, dict) and config.get("auto_map"):
+            _checks.fail(arg, f"{folder / 'tokenizer_config.json'} asks to run the folder's own Python code for its "
+                         f"tokenizer (auto_map: {config['auto_map']!r}), which grpo_edu never runs unasked",
+                         "use a tokenizer class transformers ships (drop auto_map, keep tokenizer.json), or, for "
+                         "code you have read, pass trust_remote_code (--trust-remote-code)")
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except OSError:
+        raise                                    # a missing folder or hub name: the callers name it
+    except Exception as err:                     # JSONDecodeError, UnicodeDecodeError, the tokenizers library's own
+        if not files:
+            raise
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        _checks.fail(arg, f"the tokenizer in {folder} cannot be read ({', '.join(files)}: "
+                     f"{type(err).__name__}: {first_line})", "copy the model's tokenizer files again from where "
+                     "they came (a cut or edited tokenizer.json is the usual cause), or save them with "
+                     "tokenizer.save_pretrained")
+
+
 def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_remote_code=False):
     """Load (model, tokenizer) in float32 on ``device``, with a pad token set."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one tqdm bar (the trainer's) is enough
@@ -241,7 +274,7 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
                       "repository ships (modeling_*.py, tokenizer code) with your permissions; use it only for a "
                       "model whose code you have read or whose author you trust", stacklevel=2)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        tokenizer = load_tokenizer(source, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, **load_kwargs())
     except OSError as err:
         first_line = (str(err).strip().splitlines() or [""])[0]   # whole, not cut mid-URL

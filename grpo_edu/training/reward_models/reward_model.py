@@ -20,13 +20,13 @@ def make_reward_model(backbone, *, seed=0):
     """(reward model, tokenizer): ``backbone`` (a folder or hub name of a causal LM) with a fresh scalar head.
 
     The head's weights come from ``seed`` alone (the body is the backbone's)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from grpo_edu.training.model.models import check_finite_weights, load_kwargs, locate_model
+    from grpo_edu.training.model.models import check_finite_weights, load_kwargs, load_tokenizer, locate_model
 
     source = locate_model(backbone, arg="backbone")[0]   # the policy's folder checks: no pickle, whole weights
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer = load_tokenizer(source, arg="backbone")
     if tokenizer.pad_token_id is None:
         _checks.fail("backbone", f"{backbone}'s tokenizer has no pad token", "set tokenizer.pad_token before use")
     verbosity = hf_logging.get_verbosity()
