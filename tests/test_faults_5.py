@@ -399,3 +399,13 @@ def test_train_and_eval_name_a_damaged_tokenizer_instead_of_a_traceback(tmp_path
     extra = ["--output-dir", str(tmp_path / "run")] if command == "train" else []
     assert main([command, "--task", "words", "--model", str(folder), *extra]) == 2
     assert f"grpo-edu {command}: error: model: the tokenizer in {folder} cannot be read" in capsys.readouterr().err
+
+
+def test_trl_rows_of_a_chat_task_without_answers_keep_their_prompts():                             # C23
+    from grpo_edu.beyond.export import trl_dataset_rows
+    from grpo_edu.training.task.tasks import get_task
+
+    task = get_task("words")
+    rows = trl_dataset_rows(task, [{"prompt": r["prompt"]} for r in ROWS])
+    assert rows == [{"prompt": task.messages(r["prompt"])} for r in ROWS]
+    assert trl_dataset_rows(task, ROWS)[0]["answer"] == "7"

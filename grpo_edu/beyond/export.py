@@ -381,9 +381,9 @@ def trl_dataset_rows(task, rows):
     the text. ``answer`` stays a column, which TRL hands the reward functions as a keyword of that name."""
     from grpo_edu.training.model.chat_tokenizer import is_chat_task
 
-    if is_chat_task(task):
-        return [{"prompt": task.messages(r["prompt"]), "answer": r["answer"]} for r in rows]
-    return [{"prompt": r["prompt"], "answer": r["answer"]} if "answer" in r else {"prompt": r["prompt"]} for r in rows]
+    chat = is_chat_task(task)
+    return [{"prompt": task.messages(r["prompt"]) if chat else r["prompt"],
+             **({"answer": r["answer"]} if "answer" in r else {})} for r in rows]     # a row without one: no column
 
 
 def write_trl_dataset(task, rows, path, *, overwrite=False):
