@@ -409,3 +409,14 @@ def test_trl_rows_of_a_chat_task_without_answers_keep_their_prompts():          
     rows = trl_dataset_rows(task, [{"prompt": r["prompt"]} for r in ROWS])
     assert rows == [{"prompt": task.messages(r["prompt"])} for r in ROWS]
     assert trl_dataset_rows(task, ROWS)[0]["answer"] == "7"
+
+
+def test_reward_model_training_and_scoring_refuse_what_they_cannot_do(sums_rm):                   # K07, K21
+    from grpo_edu.training.reward_models.reward_model import score
+    from grpo_edu.training.reward_models.reward_trainer import train_reward_model
+
+    rm, tok = sums_rm
+    with pytest.raises(ValueError, match=r"^learning_rate: must be ≤ 0.1, got 5.0"):
+        train_reward_model(rm, tok, [A_PAIR], learning_rate=5.0)
+    with pytest.raises(ValueError, match=r"^completions: text 1 takes \d+ tokens, past the reward model's 64 positions"):
+        score(rm, tok, ["1+2=", "1+2="], ["3#3", "3" * 500])

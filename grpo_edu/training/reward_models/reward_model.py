@@ -95,6 +95,12 @@ def text_ids(tokenizer, prompts, completions):
 def score_ids(model, id_lists):
     """r_φ of each text given as token ids → (N,) tensor, with gradient when grad is on."""
     device = next(model.parameters()).device
+    positions = getattr(model.config, "max_position_embeddings", None)
+    longest = max(range(len(id_lists)), key=lambda i: len(id_lists[i]), default=None)
+    if positions is not None and longest is not None and len(id_lists[longest]) > positions:
+        _checks.fail("completions", f"text {longest} takes {len(id_lists[longest])} tokens, past the reward model's "
+                     f"{positions} positions, where its score means nothing", "shorten the completions "
+                     "(max_completion_length), or use a reward model with a longer context")
     input_ids, attention_mask = pad_right(id_lists, model.config.pad_token_id)
     out = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), use_cache=False)
     return out.logits.squeeze(-1)                                                 # (N, 1) → (N,)

@@ -17,6 +17,7 @@ from grpo_edu.core.preference import bradley_terry_loss
 from grpo_edu.training.reward_models.preference_data import check_pairs
 from grpo_edu.training.reward_models.reward_model import (check_reward_model, check_tokenizer_matches, score_ids,
                                                          text_ids)
+from grpo_edu.training.trainers.config import LIMITS, _in_range
 
 
 def pair_rewards(model, tokenizer, pairs):
@@ -50,6 +51,7 @@ def train_reward_model(model, tokenizer, pairs, *, epochs=4, batch_size=32, lear
     _checks.positive_int("epochs", epochs)
     _checks.positive_int("batch_size", batch_size)
     _checks.positive_float("learning_rate", learning_rate)
+    _in_range("learning_rate", learning_rate, *LIMITS["learning_rate"])   # the policy's bound: 5.0 diverges
     order = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     model.train()
