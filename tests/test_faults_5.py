@@ -420,3 +420,22 @@ def test_reward_model_training_and_scoring_refuse_what_they_cannot_do(sums_rm): 
         train_reward_model(rm, tok, [A_PAIR], learning_rate=5.0)
     with pytest.raises(ValueError, match=r"^completions: text 1 takes \d+ tokens, past the reward model's 64 positions"):
         score(rm, tok, ["1+2=", "1+2="], ["3#3", "3" * 500])
+
+
+def test_chat_rows_refuse_a_missing_answer_and_an_empty_completion():                            # A135, A137
+    from grpo_edu.training.text.chat import completion_text, conversational_rows
+
+    with pytest.raises(ValueError, match=r"^rows\[0\]\['answer'\]: is None"):
+        conversational_rows([{"question": "q", "answer": None}])
+    with pytest.raises(ValueError, match=r"^completion: is \[\], not TRL's list of one assistant message"):
+        completion_text([])
+    assert completion_text([{"role": "assistant", "content": "7"}]) == completion_text("7") == "7"
+
+
+def test_token_roles_names_a_template_that_edits_the_content():                                   # W10
+    from grpo_edu.training.text.completion_mask import token_roles
+
+    tokenizer = _words_tokenizer("")
+    tokenizer.chat_template = tokenizer.chat_template.replace("message['content']", "message['content'] | trim")
+    with pytest.raises(ValueError, match=r"^messages\[1\]\['content'\]: is not written verbatim"):
+        token_roles(tokenizer, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " 3+4? "}])

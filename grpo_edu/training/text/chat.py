@@ -41,6 +41,8 @@ def conversational_rows(rows, *, system=None):
         if not isinstance(row, dict) or "question" not in row or "answer" not in row:
             fail(f"rows[{i}]", "lacks 'question' or 'answer'", "give every row both, e.g. "
                  '{"question": "Tom has 3 apples…", "answer": "7"}')
+        if row["answer"] is None:                   # str(None) would be the answer 'None', which nothing matches
+            fail(f"rows[{i}]['answer']", "is None", "give the reference answer, e.g. \"7\", or drop the row")
         rest = {k: v for k, v in row.items() if k != "question"}
         out.append({**rest, "prompt": conversation(row["question"], system=system), "answer": str(row["answer"])})
     return out
@@ -116,5 +118,8 @@ def completion_text(completion):
     """A completion's text in either form a reward function may get: a string (grpo_edu, TRL with plain prompts)
     or TRL's list of one assistant message (conversational prompts)."""
     if isinstance(completion, list):
+        if not completion or not isinstance(completion[-1], dict) or not isinstance(completion[-1].get("content"), str):
+            fail("completion", f"is {completion!r}, not TRL's list of one assistant message",
+                 'pass [{"role": "assistant", "content": "…"}], or the text itself')
         return completion[-1]["content"]
     return completion
