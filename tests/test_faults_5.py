@@ -439,3 +439,13 @@ def test_token_roles_names_a_template_that_edits_the_content():                 
     tokenizer.chat_template = tokenizer.chat_template.replace("message['content']", "message['content'] | trim")
     with pytest.raises(ValueError, match=r"^messages\[1\]\['content'\]: is not written verbatim"):
         token_roles(tokenizer, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " 3+4? "}])
+
+
+def test_drift_refuses_ids_outside_the_vocabulary():                                              # W11
+    from grpo_edu.training.text.drift import drift
+
+    tokenizer = _words_tokenizer("")
+    ids = tokenizer("Tom has 3 apples", add_special_tokens=False)["input_ids"]
+    assert drift(tokenizer, [ids])[0] == 0.0
+    with pytest.raises(ValueError, match=rf"^samples\[1\]: holds {len(tokenizer) + 5}, not a token id"):
+        drift(tokenizer, [ids, ids + [len(tokenizer) + 5]])
