@@ -449,3 +449,12 @@ def test_drift_refuses_ids_outside_the_vocabulary():                            
     assert drift(tokenizer, [ids])[0] == 0.0
     with pytest.raises(ValueError, match=rf"^samples\[1\]: holds {len(tokenizer) + 5}, not a token id"):
         drift(tokenizer, [ids, ids + [len(tokenizer) + 5]])
+
+
+def test_gpu_run_refuses_an_absurd_bucket_before_building_anything(capsys):                       # F17, F22
+    from grpo_edu.beyond import gpu_run
+
+    with pytest.raises(SystemExit) as stop:
+        gpu_run.main(["--dry-run", "--static-cache", "--buckets", "99999999999999999999"])
+    assert stop.value.code == 2
+    assert "error: --buckets: holds 99,999,999,999,999,999,999, but" in capsys.readouterr().err
