@@ -51,7 +51,8 @@ def test_bad_names_are_refused_before_any_run(tmp_path):
     with pytest.raises(ValueError, match="holds no stored runs"):
         text_clinic.stored(tmp_path)
     (tmp_path / "x.json").write_text("{}")
-    assert text_clinic.main(["--case", "healthy", "--json", str(tmp_path / "x.json")]) == 2
+    with pytest.raises(SystemExit):                        # an existing --json is refused (argparse, status 2)
+        text_clinic.main(["--case", "healthy", "--json", str(tmp_path / "x.json")])
 
 
 def test_the_stored_runs_carry_their_commands_and_the_cases_they_show():

@@ -145,7 +145,7 @@ def cmd_train(args):
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.family import make_trainer
     from grpo_edu.training.task.tasks import get_task
-    from grpo_edu.training.trainers.trainer import unchanged_reason
+    from grpo_edu.training.trainers.trainer import no_signal_fix, unchanged_reason
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -215,7 +215,10 @@ def cmd_train(args):
               f"grpo-edu eval --model {out}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")
     unchanged = unchanged_reason(history) if trainer.config.max_grad_norm > 0 else None
-    if unchanged:                                   # a run that trained nothing does not end as a success
+    if unchanged and all(row["grad_norm"] == 0 for row in history):   # σ = 0 everywhere: the task gave nothing
+        print(f"grpo-edu train: warning: nothing was trained: {unchanged}. Fix: "
+              f"{no_signal_fix(history, trainer.config.num_generations)}", file=sys.stderr)
+    elif unchanged:                                 # ∞ or NaN gradients: a broken run does not end as a success
         print(f"grpo-edu train: error: nothing was trained: {unchanged}. Fix: check the run's settings against "
               "grpo-edu train --help, and its metrics (grad_norm) with grpo-edu diagnose", file=sys.stderr)
         return 1
@@ -259,13 +262,21 @@ def cmd_export(args):
         parent = Path(dataset_out).resolve().parent
         if not parent.is_dir():
             _fail("--dataset-out", f"its folder {parent} does not exist", "create the folder, or name a file in one")
+        if config.dataset is not None and os.path.abspath(config.dataset) == os.path.abspath(dataset_out):
+            _fail("--dataset-out", f"{dataset_out} is also the run's --dataset, which the export would overwrite "
+                  "(and --dataset cannot read TRL's form back)", "write the export to a file of its own, e.g. trl.jsonl")
+        from grpo_edu.common import _checks
+
+        problem = _checks.output_file_problem(dataset_out, overwrite=args.overwrite)
+        if problem:                                # an existing file is replaced only with --overwrite
+            _fail("--dataset-out", *problem)
     if args.target == "trl":
         result = to_trl(config, num_processes=args.processes)
         if dataset_out is not None:
             from grpo_edu.beyond.export import write_trl_dataset
 
             task = get_task(config.task)
-            n = write_trl_dataset(task, rows, dataset_out)
+            n = write_trl_dataset(task, rows, dataset_out, overwrite=args.overwrite)
             form = "conversational (prompt: a list of {role, content} messages)" if hasattr(task, "messages") \
                 else "standard (prompt: a string)"
             print(f"grpo-edu export: wrote {n} rows to {dataset_out}, TRL's {form} form: "
@@ -419,7 +430,9 @@ def add_export(sub):
                     help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
     ex.add_argument("--dataset-out", default=None, metavar="FILE.jsonl",
                     help="Also write the run's train prompts as TRL reads them (trl only): for a chat task "
-                         "(words) the conversational form, each prompt a list of {role, content} messages.")
+                         "(words) the conversational form, each prompt a list of {role, content} messages. An "
+                         "existing file is refused unless --overwrite.")
+    ex.add_argument("--overwrite", action="store_true", help="let --dataset-out replace an existing file")
     _add_config_flags(ex)
     _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)

@@ -31,11 +31,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from grpo_edu.common import command_line
 from grpo_edu.common._checks import choice, fail, positive_int, write_result_file
 from grpo_edu.training.model.models import ASSETS
 
@@ -304,11 +304,10 @@ def main(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--model", default=None, help="a words model folder (default: the bundled one)")
-    parser.add_argument("--json", required=True, help="the file to write (refused if it exists)")
-    args = parser.parse_args(argv)
-    if os.path.exists(args.json):
-        print(f"error: --json: {args.json} exists. Fix: remove it or pass another path.", file=sys.stderr)
-        return 2
+    parser.add_argument("--json", required=True, help="the file to write (an existing one is refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
+    args = command_line.parse_args(parser, argv)
+    command_line.check_output(parser, "--json", args.json, overwrite=args.overwrite)     # before any run
     import torch
 
     torch.set_num_threads(1)
@@ -318,9 +317,9 @@ def main(argv=None):
     else:
         body = {"runs": [run(args.case, seed=seed, steps=args.steps, model=args.model, progress=True)
                          for seed in args.seeds]}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     written = write_result_file(args.json, json.dumps({"command": "OMP_NUM_THREADS=1 " + command, **body},
-                                                      indent=1, ensure_ascii=False) + "\n")
+                                                      indent=1, ensure_ascii=False) + "\n",
+                               overwrite=args.overwrite)
     print(f"wrote {written}")
     return 0
 

@@ -26,7 +26,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail, number_range, positive_int, split_sizes
 
 SPLITS = ("train", "heldout")
 SYSTEM_PROMPT = "Think, then answer: <think>working</think><answer>number</answer>"
@@ -125,6 +125,11 @@ class WordsTask:
     """New tokens a sampled answer may take: the longest worked answer is 17 tokens of the bundled BPE, then
     ``<|im_end|>``; the rest is room to ramble, so an answer that never ends is cut here."""
 
+    def __post_init__(self):
+        number_range(self.low, self.high, fix_low="pass the smallest count, 0 or more (a count is never negative)")
+        split_sizes(self.heldout_size, self.train_size, distinct_questions(self.low, self.high),
+                    what=f"questions with numbers in [{self.low}, {self.high}]", more="widen [low, high]")
+
     def split(self, split: str, n: int | None = None) -> list[dict]:
         """Rows ``{"prompt", "answer"}`` of ``split`` (the first ``n`` if given; already shuffled)."""
         choice("split", split, SPLITS)
@@ -201,6 +206,15 @@ def question(rng: random.Random, low: int, high: int) -> tuple[str, str, str]:
         item, unit = rng.choice(ITEMS_ZH)
         text = sentence.format(name=rng.choice(NAMES_ZH), item=item, unit=unit, a=a, b=b)
     return text, str(a + b if op == "+" else a - b), solution(a, op, b)
+
+
+def distinct_questions(low: int, high: int) -> int:
+    """How many different questions :func:`question` can write with numbers in ``[low, high]``: each
+    sentence × name × item, times the number pairs (every ordered pair for ``+``, ``a ≥ b`` for ``−``)."""
+    n = high - low + 1
+    pairs = {"+": n * n, "-": n * (n + 1) // 2}
+    fillers = {"en": len(NAMES_EN) * len(ITEMS_EN), "zh": len(NAMES_ZH) * len(ITEMS_ZH)}
+    return sum(len(sentences) * fillers[language] * pairs[op] for (language, op), sentences in TEMPLATES.items())
 
 
 @functools.cache

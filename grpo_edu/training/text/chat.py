@@ -91,11 +91,11 @@ def render_prompt(tokenizer, messages):
     without the tokenizer's own special tokens (the template writes every special token it wants), which is
     what ``apply_chat_template(…, tokenize=True)`` does and so what TRL 1.16 builds. Returns ``(ids, info)``
     with ``info["text"]``."""
-    from grpo_edu.training.model.chat_tokenizer import check_no_special_text
+    from grpo_edu.training.model.chat_tokenizer import check_no_special_text, render_chat
 
     check_conversational_rows([{"prompt": messages}])
     check_no_special_text(tokenizer, messages)
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text, = render_chat(tokenizer, [messages], add_generation_prompt=True)      # bounded in time and size
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return ids, {"text": text}
 
@@ -126,8 +126,8 @@ def completion_text(completion):
     """A completion's text in either form a reward function may get: a string (grpo_edu, TRL with plain prompts)
     or TRL's list of one assistant message (conversational prompts)."""
     if isinstance(completion, list):
-        if not completion or not isinstance(completion[-1], dict) or "content" not in completion[-1]:
-            fail("completion", f"is {completion!r}, not a list ending with an assistant message",
-                 'pass the text, or TRL\'s [{"role": "assistant", "content": text}]')
+        if not completion or not isinstance(completion[-1], dict) or not isinstance(completion[-1].get("content"), str):
+            fail("completion", f"is {completion!r}, not TRL's list of one assistant message",
+                 'pass [{"role": "assistant", "content": "…"}], or the text itself')
         return completion[-1]["content"]
     return completion

@@ -61,11 +61,17 @@ def token_roles(tokenizer, messages, completion_ids=()):
     A token is a message's when its characters lie inside that message's content in the rendered text
     (the fast tokenizer's offsets); byte-level BPE never merges across the template's newlines or special
     tokens, so no token straddles the two."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from grpo_edu.training.model.chat_tokenizer import render_chat
+
+    text, = render_chat(tokenizer, [messages], add_generation_prompt=True)      # bounded in time and size
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans, start = [], 0
-    for m in messages:                                          # each content's (start, end) in the text
-        at = text.index(m["content"], start)
+    for i, m in enumerate(messages):                            # each content's (start, end) in the text
+        at = text.find(m["content"], start)
+        if at < 0:                                              # the template trimmed or edited it
+            fail(f"messages[{i}]['content']", "is not written verbatim by the tokenizer's chat template (it trims "
+                 "or edits the content), so its tokens cannot be told from the template's",
+                 "pass content as the template writes it (e.g. without leading or trailing spaces)")
         spans.append((at, at + len(m["content"]), m["role"]))
         start = at + len(m["content"])
     roles = []

@@ -10,6 +10,8 @@ the ratio π_θ/π_θold is wrong, and for a non-canonical split it is of a diff
 
 from __future__ import annotations
 
+from grpo_edu.common._checks import fail
+
 
 def retokenize(tokenizer, ids):
     """``ids`` → text → ids: decoded with special tokens kept (so ``<|im_end|>`` survives), encoded without the
@@ -27,8 +29,14 @@ def drift(tokenizer, samples):
     are no UTF-8 character: the text itself changed), and ``info["non_canonical"]``, the others (the same text,
     split into other tokens than the tokenizer would: TRL #5224's case)."""
     changed, examples, differing, total, broken = [], [], 0, 0, []
+    vocabulary = len(tokenizer)
     for i, ids in enumerate(samples):
         ids = list(ids)
+        outside = [t for t in ids if isinstance(t, bool) or not hasattr(t, "__index__") or not 0 <= int(t) < vocabulary]
+        if outside:                                   # decoded to nothing, they would count as drift
+            fail(f"samples[{i}]", f"holds {outside[0]!r}, not a token id of this tokenizer (0 to {vocabulary - 1})",
+                 "pass the ids the model sampled with this tokenizer (rollout.completion_ids, without padding)")
+        ids = [int(t) for t in ids]
         again = retokenize(tokenizer, ids)
         total += len(ids)
         if again != ids:

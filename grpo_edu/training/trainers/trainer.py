@@ -101,6 +101,20 @@ def unchanged_reason(history):
     return None
 
 
+def no_signal_fix(history, num_generations):
+    """What to change when no step had a gradient (every group's answers scored alike, σ = 0): a fix, as a phrase.
+
+    Not an error: the run did what it was asked on a task that gave it nothing to learn from. A model that never
+    scored anything needs prompts it sometimes gets right; otherwise a larger G makes a group that holds both a
+    better and a worse answer likelier (lesson 03)."""
+    if all(row.get("reward_mean") == 0 for row in history):
+        return ("the model scored 0 on every answer: train on prompts it sometimes gets right (an easier task or "
+                "dataset, or a model warmed up on this one), or draw more answers per prompt (--num-generations, "
+                f"now {num_generations}) so that one of them is right")
+    return (f"draw more answers per prompt (--num-generations, now {num_generations}), so that a group more often "
+            "holds a better and a worse answer, or train on prompts the model gets right only sometimes")
+
+
 class GRPOTrainer(CheckpointedRun):
     """Train a causal LM with GRPO. ``train()`` runs the whole schedule; ``step()`` one step.
 
