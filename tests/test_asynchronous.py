@@ -179,3 +179,97 @@ def test_a_free_running_sampler_keeps_every_batch_within_max_staleness(tmp_path)
     assert all(m["staleness"] == m["step"] - 1 - m["policy_version"] for m in history)
     assert max(m["staleness"] for m in history) <= 1 and all(m["dropped_batches"] == 0 for m in history)
     assert [row["policy_version"] for row in trainer.timeline] == versions
+
+
+# --- issue 66: versions under the wrong number, settings that do nothing, a damaged checkpoint ------------------
+def test_a_weights_file_holding_another_version_is_refused(tmp_path, random_model):
+    import shutil
+
+    from grpo_edu.training.asynchronous.versions import ExchangeError, WeightBoard
+
+    board = WeightBoard(tmp_path)
+    board.publish(1, random_model)
+    with torch.no_grad():
+        next(random_model.parameters()).add_(1.0)
+    board.publish(2, random_model)
+    (tmp_path / "weights" / "vbackup.safetensors").write_bytes(b"not ours")     # a stray file is no version
+    assert board.versions() == [1, 2]
+    shutil.copy(board.path(2), board.path(1))                                    # version 2's file under 1's name
+    with pytest.raises(ExchangeError, match=r"^version: .*v000001\.safetensors holds the weights of version '2', "
+                                            r"not 1"):
+        board.load(1)
+    board.path(2).write_bytes(b"\0" * 10)                                        # a truncated file
+    with pytest.raises(ExchangeError, match=r"^version: .*cannot be read as version 2's weights"):
+        board.load(2)
+
+
+def test_a_checkpoints_version_swapped_for_another_is_refused_on_resume(tmp_path, random_model, char_tokenizer):
+    import copy
+
+    from safetensors.torch import load_file, save_file
+
+    same = dict(policy_lag=2, entropy_coef=0.5, lr_scheduler_type="constant")
+    fresh = copy.deepcopy(random_model)
+    _trainer(random_model, char_tokenizer, **same, total_training_steps=3, output_dir=str(tmp_path)).train(
+        progress=False)
+    path = tmp_path / "checkpoint-000003" / "trainer_state.safetensors"
+    tensors = load_file(str(path))
+    names = [k for k in tensors if "v1/" in k]
+    assert names and all(k.replace("v1/", "v3/") in tensors for k in names)
+    for k in names:                                                  # the oldest version's weights := the newest's
+        tensors[k] = tensors[k.replace("v1/", "v3/")].clone()
+    with open(path, "rb") as f:
+        import json
+        import struct
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    save_file(tensors, str(path), metadata=header.get("__metadata__"))
+    rest = _trainer(fresh, char_tokenizer, **same, total_training_steps=5, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"^resume_from: .*the weights stored as version 1 are not the ones saved "
+                                         r"as version 1"):
+        rest.train(resume_from=str(tmp_path), progress=False)
+
+
+def test_asynchronous_settings_that_do_nothing_are_named(random_model, char_tokenizer):
+    with pytest.warns(UserWarning, match="^off_policy_cap=3 caps the weights π_prox/μ, but off_policy_correction="
+                                         "'behaviour_clip' weighs no token"):
+        GRPOConfig(**FAST, policy_lag=1, off_policy_cap=3.0)
+    for kwargs, match in ((dict(max_staleness=2), "^max_staleness=2 drops batches .* with policy_lag=0"),
+                          (dict(off_policy_correction="token_tis"), "^off_policy_correction='token_tis' corrects")):
+        config = GRPOConfig(**FAST, **kwargs)
+        with pytest.warns(UserWarning, match=match):
+            GRPOTrainer(config, model=random_model, tokenizer=char_tokenizer)
+        with pytest.warns(UserWarning, match=match):
+            AsyncGRPOTrainer(config, model=random_model, tokenizer=char_tokenizer)
+    import warnings
+
+    with warnings.catch_warnings():                                  # with a lag they act: no word
+        warnings.simplefilter("error")
+        AsyncGRPOTrainer(GRPOConfig(**FAST, policy_lag=2, max_staleness=1, off_policy_correction="token_tis"),
+                         model=random_model, tokenizer=char_tokenizer)
+
+
+# --- issue 65: several updates per batch ------------------------------------------------------------------------
+def test_mini_batches_are_checked_and_only_the_asynchronous_trainer_takes_them(random_model, char_tokenizer):
+    with pytest.raises(ValueError, match="^mini_batches: is 3, which does not divide batch_size 4"):
+        GRPOConfig(**FAST, mini_batches=3)
+    with pytest.raises(ValueError, match="^mini_batches: must be an integer ≥ 1"):
+        GRPOConfig(**FAST, mini_batches=0)
+    with pytest.raises(ValueError, match="^mini_batches: is 2, but GRPOTrainer makes num_iterations updates"):
+        GRPOTrainer(GRPOConfig(**FAST, mini_batches=2), model=random_model, tokenizer=char_tokenizer)
+
+
+def test_with_mini_batches_the_later_updates_clip_against_the_batchs_start(random_model, char_tokenizer):
+    """One update per batch: π_prox is π_θ, the ratio against it is 1. Two mini-batches: the second is trained by
+    weights the first moved, against log π_prox from the batch's start, so π_θ/π_prox leaves 1 (and can clip)."""
+    import copy
+
+    settings = dict(policy_lag=1, off_policy_correction="decoupled", entropy_coef=0.5, learning_rate=5e-2,
+                    total_training_steps=2)
+    one = _trainer(copy.deepcopy(random_model), char_tokenizer, **settings)
+    h1 = one.train(progress=False)
+    two = _trainer(random_model, char_tokenizer, **settings, mini_batches=2)
+    h2 = two.train(progress=False)
+    # (the random model scores 0 everywhere, Â = 0, so the clip has nothing to cut: the ratio shows the move)
+    assert all(m["ratio_mean"] == 1 for m in h1) and one._updates_done == 1
+    assert abs(h2[0]["ratio_mean"] - 1) > 1e-4 and two._updates_done == 2   # two optimizer updates in the step
+    assert h2[0]["staleness"] == 0 and h2[0]["log_ratio_std"] < 1e-5   # step 1 is on-policy: μ = π_prox
