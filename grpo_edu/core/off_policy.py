@@ -19,7 +19,7 @@ correction          PPO ratio r against     weight per token (no gradient)      
 ``behaviour_clip``  μ                       1                                               TRL AsyncGRPO loss;
                                                                                             verl ``bypass_mode``
 ``decoupled``       π_prox                  w = π_prox/μ, 0 where w > C (filter)            AReaL
-                                                                                            ``behav_imp_weight_cap``
+                                                                                            ``use_decoupled_loss``
 ``token_tis``       π_prox                  min(π_prox/μ, C)                                verl ``rollout_is=token``
 ``sequence_mask``   π_prox                  W_i = Π_t π_prox/μ, 0 where W_i > C             TRL ``sequence_mask``
 ==================  ======================  ==============================================  =====================
@@ -143,7 +143,8 @@ def decoupled(logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=None
 
         r_t = π_θ / π_prox,   w_t = π_prox / μ,   loss_t = −w_t · min(r_t Â, clip(r_t, 1 ± ε) Â)
 
-    AReaL's ``behav_imp_weight_cap`` C: a token whose w_t > C is *filtered* (weight 0), not truncated.
+    AReaL's cap C (``behav_imp_weight_cap``, later ``behave_imp_weight_cap``, now ``actor.rejection_sampling``,
+    off by default): a token whose w_t > C is *filtered* (weight 0), not truncated.
     ``cap`` None keeps every token; otherwise it must be > 1. Returns ``((proximal_logprobs, w), info)``.
     """
     behaviour_logprobs = _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask)
@@ -197,7 +198,8 @@ CORRECTIONS = {"none": no_correction, "behaviour_clip": behaviour_clip, "decoupl
 """name → correction; the config's ``off_policy_correction`` picks one."""
 
 DEFAULT_CAPS = {"none": None, "behaviour_clip": None, "decoupled": None, "token_tis": 2.0, "sequence_mask": 3.0}
-"""Each correction's cap in its source: verl's rollout_is_threshold 2.0, TRL's clip_max 3.0; AReaL has none set."""
+"""Each correction's cap in its source: verl's rollout_is_threshold 2.0, TRL's clip_max 3.0; AReaL's is off by
+default."""
 
 
 def correct(name, logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=None):

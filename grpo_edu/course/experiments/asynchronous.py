@@ -244,6 +244,15 @@ def accuracy_at_seconds(runs, seconds_at_step, budget):
     return sum(each) / len(each), {"steps": steps, "each": each}
 
 
+def accuracy_se(*groups, n=COMMON["eval_size"]):
+    """The evaluation's standard error: of a mean over seeds of held-out accuracies (one group, one accuracy per
+    seed), or of the difference of two such means (two groups of the same seeds). Each accuracy is measured on
+    ``n`` prompts with one answer each, binomial: variance p(1 − p)/n; a mean over m seeds divides the variances'
+    sum by m². Returns a float."""
+    m = len(groups[0])
+    return math.sqrt(sum(p * (1 - p) / n for group in groups for p in group)) / m
+
+
 def summary(runs, by="lag"):
     """One row per ``by`` value (lag or correction), means over the seeds: held-out accuracy before and after,
     and over the steps after the first k (where the lag is in force) the log-ratio spread σ(log π_θ/μ), the clip
