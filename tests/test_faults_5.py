@@ -427,7 +427,7 @@ def test_chat_rows_refuse_a_missing_answer_and_an_empty_completion():           
 
     with pytest.raises(ValueError, match=r"^rows\[0\]\['answer'\]: is None"):
         conversational_rows([{"question": "q", "answer": None}])
-    with pytest.raises(ValueError, match=r"^completion: is \[\], not TRL's list of one assistant message"):
+    with pytest.raises(ValueError, match=r"^completion: is \[\], not a list ending with an assistant message"):
         completion_text([])
     assert completion_text([{"role": "assistant", "content": "7"}]) == completion_text("7") == "7"
 

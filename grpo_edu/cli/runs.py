@@ -184,7 +184,10 @@ def cmd_train(args):
         tqdm.write(f"held-out accuracy {when}: {record['accuracy']:.1%} "
                    f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
 
-    trainer = make_trainer(method, config, family=family, eval_callbacks=[show_eval], tool=tool)
+    if getattr(args, "two_process", False) or config.policy_lag or getattr(args, "free_running", False):
+        trainer = _two_process_trainer(args, method, family, tool, config, show_eval)
+    else:
+        trainer = make_trainer(method, config, family=family, eval_callbacks=[show_eval], tool=tool)
     metrics_file = (MetricsFile(args.metrics_out, trainer, replace=bool(args.resume or args.overwrite))
                     if args.metrics_out else None)
     if metrics_file:
@@ -223,6 +226,22 @@ def cmd_train(args):
               "grpo-edu train --help, and its metrics (grad_norm) with grpo-edu diagnose", file=sys.stderr)
         return 1
     return 0
+
+
+def _two_process_trainer(args, method, family, tool, config, show_eval):
+    """``--two-process``: lesson 18's TwoProcessGRPOTrainer, the sampler in its own process (``--policy-lag`` K
+    updates behind, or ``--free-running`` up to ``--max-staleness``)."""
+    if not getattr(args, "two_process", False):
+        flag = "--free-running" if getattr(args, "free_running", False) else "--policy-lag"
+        _fail(flag, "needs a sampler apart from the trainer", "add --two-process (the sampler in its own process)"
+              + ("" if flag == "--free-running" else ", or leave --policy-lag out"))
+    if method not in (None, "grpo") or family is not None:
+        _fail("--two-process", f"runs GRPO only, not --method {method}", "leave --method out, or --two-process")
+    if tool is not None:
+        _fail("--two-process", f"cannot train with a tool in the loop (task {config.task})", "pick another --task")
+    from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+
+    return TwoProcessGRPOTrainer(config, eval_callbacks=[show_eval], free_running=args.free_running)
 
 
 # --- export --------------------------------------------------------------------------------
@@ -380,6 +399,12 @@ def add_train(sub, method_flags=True):
                      help="let this run replace another run in --output-dir (only that run's checkpoint-* "
                           "folders and latest.json are removed; nothing else)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--two-process", action="store_true",
+                     help="sample in a second process while this one trains (lesson 18's TwoProcessGRPOTrainer): "
+                          "batches drawn --policy-lag updates behind, corrected by --off-policy-correction")
+    run.add_argument("--free-running", action="store_true",
+                     help="with --two-process: the sampler draws with the newest weights, as far ahead as "
+                          "--max-staleness allows (TRL's and verl's asynchronous trainers)")
     if method_flags:
         from grpo_edu.cli.method_flags import add_method_flags
 

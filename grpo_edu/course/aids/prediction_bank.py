@@ -122,5 +122,13 @@ PREDICTIONS: dict[str, Prediction] = {
                         "score compared with the best it reached during the run will be: 'at its best', 'below its "
                         "best' or 'below where it started'?",
                         choices=("at its best", "below its best", "below where it started")),
+    "18.P1": Prediction("The staleness sweep: k = 1, 2, 4, 8 updates of lag, the PPO clip against μ. The spread "
+                        "σ(log π_θ/μ) at k = 8, compared with k = 1, will be: 'about the same', 'two to five times' "
+                        "or 'more than five times'?",
+                        choices=("about the same", "two to five times", "more than five times")),
+    "18.P2": Prediction("The correction ladder again at k = 4, but with 4 updates per batch (mini-batches, as AReaL "
+                        "and verl make). Which correction keeps the highest held-out accuracy: 'behaviour_clip', "
+                        "'decoupled', 'token_tis', 'sequence_mask' or 'none'?",
+                        choices=("behaviour_clip", "decoupled", "token_tis", "sequence_mask", "none")),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

@@ -127,7 +127,7 @@ def completion_text(completion):
     or TRL's list of one assistant message (conversational prompts)."""
     if isinstance(completion, list):
         if not completion or not isinstance(completion[-1], dict) or not isinstance(completion[-1].get("content"), str):
-            fail("completion", f"is {completion!r}, not TRL's list of one assistant message",
+            fail("completion", f"is {completion!r}, not a list ending with an assistant message (TRL's form)",
                  'pass [{"role": "assistant", "content": "…"}], or the text itself')
         return completion[-1]["content"]
     return completion

@@ -138,6 +138,13 @@ class GRPOTrainer(CheckpointedRun):
             _checks.fail("policy_lag", f"is {config.policy_lag}, but {type(self).__name__} samples with the policy it "
                          "trains (synchronous), so there is no lag to apply",
                          "use grpo_edu.training.asynchronous.AsyncGRPOTrainer for a lagging sampler, or policy_lag=0")
+        if not self.asynchronous:
+            if config.mini_batches != 1:
+                _checks.fail("mini_batches", f"is {config.mini_batches}, but {type(self).__name__} makes "
+                             "num_iterations updates on the whole batch", "use grpo_edu.training.asynchronous."
+                             "AsyncGRPOTrainer (or grpo-edu train --two-process), or mini_batches=1")
+            for text in config.unused_without_lag():          # asynchronous settings a synchronous run ignores
+                warnings.warn(text, stacklevel=2)
         self.task = task if task is not None else get_task(config.task)   # its checker scores "accuracy"
         source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
         self.train_rows = load_prompts(source)                         # checks every row has a prompt
