@@ -175,6 +175,28 @@ def roofline(flops, nbytes, *, flops_per_s, bytes_per_s, seconds=None):
     return table, {"ridge_flops_per_byte": flops_per_s / bytes_per_s}
 
 
+def binding_roof(intensity, ridge):
+    """Which roof binds a part that does ``intensity`` FLOPs per byte on a machine whose ridge point is ``ridge``
+    (F / W, FLOPs per byte): "memory" below the ridge, "compute" at or above it, since FLOPs / F ≥ bytes / W
+    exactly when FLOPs / bytes ≥ F / W. The answer is the machine's as much as the part's: the same part is
+    bound by arithmetic on a CPU whose matmul is slow beside its memory and by memory on one with wide vector
+    units. Returns ``(roof, info)``, info {"intensity", "ridge", "over_ridge": intensity / ridge}."""
+    for name, value in (("intensity", intensity), ("ridge", ridge)):
+        if not value > 0:
+            _checks.fail(name, f"is {value!r}", "pass FLOPs per byte above 0 (a part's intensity, a machine's F / W)")
+    roof = "memory" if intensity < ridge else "compute"
+    return roof, {"intensity": intensity, "ridge": ridge, "over_ridge": intensity / ridge}
+
+
+def roof_sentence(what, row, info, *, where="on this machine"):
+    """The sentence a lesson prints about which roof binds ``what`` (a part's row of :func:`roofline`) on the
+    machine of ``info`` (its ridge point): computed from that machine's two rates, never asserted."""
+    roof, i = binding_roof(row["intensity"], info["ridge_flops_per_byte"])
+    side = "below" if roof == "memory" else "at or above"
+    return (f"{where}, {'memory traffic' if roof == 'memory' else 'arithmetic'} binds {what}: it does "
+            f"{i['intensity']:.2f} FLOPs per byte, {side} the ridge at {i['ridge']:.2f} ({i['over_ridge']:.2f} times it)")
+
+
 def format_roofline(table, info):
     """The table as text: one line a part (GFLOP, MB, intensity, which roof binds, the limit in ms, and the
     measured ms and its ratio to the limit where known)."""
