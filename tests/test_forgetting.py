@@ -268,6 +268,11 @@ def test_the_store_command_writes_what_the_lesson_reads_back_and_trains_a_seed_n
         forgetting.stored_run("lr 1e-3, replay 3 %", seed=1, folder=tmp_path)
     with pytest.raises(ValueError, match="^name: "):
         forgetting.stored_run("lr 1e-3, replay 30 %", seed=1, folder=tmp_path)
+    # bad input is refused before any run, and nothing is written
+    for bad, argument in ((dict(seeds=[0, -1]), "seeds"), (dict(seeds=[0], label="../x"), "label")):
+        with pytest.raises(ValueError, match=f"^{argument}: "):
+            forgetting.store(folder=tmp_path / "new", **bad)
+        assert not (tmp_path / "new").exists()
 
 
 @pytest.mark.parametrize("label", ["native", "default"])

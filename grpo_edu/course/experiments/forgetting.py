@@ -221,11 +221,14 @@ def store(seeds, folder, *, label=None, out=sys.stdout):
     from grpo_edu.training.model.models import load_model_and_tokenizer, two_task_model_dir
 
     label = label or kernel_label()
+    if not (isinstance(label, str) and label.replace("-", "").replace("_", "").isalnum() and label.isascii()):
+        _checks.fail("label", f"is {label!r}", 'pass a plain name for the files, e.g. "native" or "default"')
+    for seed in seeds:                                         # all checked before any run
+        _checks.positive_int("seeds", seed, minimum=0)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     capability = os.environ.get("ATEN_CPU_CAPABILITY", "")
     for seed in seeds:
-        _checks.positive_int("seeds", seed, minimum=0)
         runs = {}
         with tempfile.TemporaryDirectory() as tmp:
             model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
