@@ -235,3 +235,58 @@ def test_run_phase_records_whose_answers_the_notebook_holds(random_model, char_t
     no_buffer = GRPOTrainer(GRPOConfig(batch_size=2, num_generations=2, total_training_steps=1, eval_size=0),
                             model=random_model, tokenizer=char_tokenizer)
     assert run_phase(no_buffer, probes, probe_every=1, probe_samples=1, progress=False).notebook_share == {}
+
+
+def test_the_store_command_writes_what_the_lesson_reads_back_and_trains_a_seed_not_stored(
+        tmp_path, monkeypatch, capsys, random_model, char_tokenizer):
+    from grpo_edu.course.experiments import forgetting
+
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    for name, value in (("PHASE_A_STEPS", 2), ("PHASE_B_STEPS", 2), ("PROBE_ROWS", 4)):
+        monkeypatch.setattr(forgetting, name, value)
+    assert forgetting.main(["--seeds", "1", "--store", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["native-seed1.json"]
+    for name, settings in forgetting.STORED_RUNS.items():
+        record, meta = forgetting.stored_run(name, seed=1, folder=tmp_path)
+        assert record.replay_ratio == settings["replay_ratio"] and record.steps == [0, 2]
+        assert all(len(record.accuracy[t]) == 2 for t in (forgetting.TASK_A, forgetting.TASK_B))
+        assert meta["seed"] == 1 and f"--seeds 1 --store {tmp_path}" in meta["command"]
+        assert record.history == []                                   # the per-step metrics are not stored
+    # the lesson's cell: the stored run, saying the command that made it
+    start = GRPOTrainer(GRPOConfig(eval_size=0), model=random_model, tokenizer=char_tokenizer)
+    notebook = tmp_path / "a.sqlite"
+    ReplayBuffer(10, path=notebook).close()
+    stored, where = forgetting.stored_or_trained("lr 1e-3, replay 3 %", start, notebook, seed=1, folder=tmp_path)
+    assert "stored, made by" in where and "--store" in where and stored.steps == [0, 2]
+    # another seed, or the portable kernels, have no file here: the run is trained, and the line says so
+    trained, where = forgetting.stored_or_trained("lr 1e-3, replay 3 %", start, notebook, seed=5, folder=tmp_path,
+                                                  progress=False)
+    assert "trained here" in where and trained.steps == [0, 2] and len(trained.history) == 2
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert forgetting.stored_path(1, tmp_path).name == "default-seed1.json"
+    with pytest.raises(ValueError, match="^seed: .*--store"):
+        forgetting.stored_run("lr 1e-3, replay 3 %", seed=1, folder=tmp_path)
+    with pytest.raises(ValueError, match="^name: "):
+        forgetting.stored_run("lr 1e-3, replay 30 %", seed=1, folder=tmp_path)
+    # bad input is refused before any run, and nothing is written
+    for bad, argument in ((dict(seeds=[0, -1]), "seeds"), (dict(seeds=[0], label="../x"), "label")):
+        with pytest.raises(ValueError, match=f"^{argument}: "):
+            forgetting.store(folder=tmp_path / "new", **bad)
+        assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("label", ["native", "default"])
+def test_the_runs_lesson_06_reads_are_stored_for_seeds_0_to_2_with_the_command_that_made_them(label, monkeypatch):
+    from grpo_edu.course.experiments import forgetting
+
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default" if label == "default" else "")
+    for seed in (0, 1, 2):
+        for name, settings in forgetting.STORED_RUNS.items():
+            record, meta = forgetting.stored_run(name, seed=seed)
+            assert meta["path"].endswith(f"{label}-seed{seed}.json")
+            assert meta["command"].endswith(f"--seeds {seed} --store assets/forgetting --label {label}")
+            assert ("ATEN_CPU_CAPABILITY=default" in meta["command"]) == (label == "default")
+            assert record.replay_ratio == settings["replay_ratio"]
+            assert record.steps[0] == 0 and record.steps[-1] == forgetting.PHASE_B_STEPS
+            for task in (forgetting.TASK_A, forgetting.TASK_B):
+                assert len(record.accuracy[task]) == len(record.entropy[task]) == len(record.steps)

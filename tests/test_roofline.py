@@ -95,3 +95,37 @@ def test_the_chart_draws_a_roof_per_machine_and_places_each_part():
     points = [(float(line.get_xdata()[0]), float(line.get_ydata()[0])) for line in ax.get_lines()
               if len(line.get_xdata()) == 1]
     assert (10.0, 100.0 / 30.0) in points and (10.0, 10.0) in points and (0.25, 0.5) in points
+
+
+# The sums model's sampling in lesson 14's step (engine, 4 prompts × G = 8): its FLOPs and bytes depend only on the
+# lengths sampled, 5.6 FLOPs per byte. Two CPUs' measured roofs: this project's AMD EPYC on the sums model's shape
+# (lesson 14's stored run) and the Intel Xeon with AVX-512 of issue 65, where the README's command once failed because
+# the lesson asserted that arithmetic binds. Which roof binds is the machine's: the lesson prints it, computed, and
+# checks only the relation between the part's intensity and the machine's ridge.
+SUMS_SAMPLING = {"sampling": 1373.6e6}, {"sampling": 243.52e6}
+MACHINES = {"AMD EPYC, AVX2 (33.7 GFLOP/s, 40.4 GB/s)": (33.7e9, 40.4e9, "compute"),
+            "Intel Xeon, AVX-512 (355 GFLOP/s, 58 GB/s)": (355e9, 58e9, "memory")}
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_which_roof_binds_sampling_is_computed_from_the_machine_and_the_lessons_claim_holds_on_both(machine):
+    flops_per_s, bytes_per_s, expected = MACHINES[machine]
+    table, info = roofline.roofline(*SUMS_SAMPLING, flops_per_s=flops_per_s, bytes_per_s=bytes_per_s)
+    row = table["sampling"]
+    roof, got = roofline.binding_roof(row["intensity"], info["ridge_flops_per_byte"])
+    # lesson 14's claim: the roof on sampling's side of the ridge is the one whose time limits it
+    assert roof == row["binds"] == expected
+    assert got["over_ridge"] == pytest.approx(row["intensity"] / (flops_per_s / bytes_per_s))
+    sentence = roofline.roof_sentence("the sums model's sampling", row, info)
+    words = {"memory": "memory traffic binds", "compute": "arithmetic binds"}
+    assert words[expected] in sentence and words[{"memory": "compute", "compute": "memory"}[expected]] not in sentence
+    assert f"{row['intensity']:.2f} FLOPs per byte" in sentence and f"ridge at {flops_per_s / bytes_per_s:.2f}" in sentence
+
+
+def test_the_binding_roof_turns_at_the_ridge_and_refuses_what_is_not_a_rate():
+    assert roofline.binding_roof(5.9, 6.1)[0] == "memory"            # the Xeon's: just below its ridge
+    assert roofline.binding_roof(6.1, 6.1)[0] == "compute"           # at the ridge both limits are equal
+    assert roofline.binding_roof(5.6, 0.83)[0] == "compute"
+    for name, args in (("intensity", (0.0, 1.0)), ("ridge", (1.0, float("nan")))):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            roofline.binding_roof(*args)

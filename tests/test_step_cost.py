@@ -67,6 +67,23 @@ def test_matmul_throughput_is_measured():
     assert step_cost.matmul_flops_per_s(64, 64, 64, repeats=3) > 1e6
 
 
+def paused_clock(monkeypatch, module, durations):
+    """``module.time.perf_counter`` reads as if the timed calls took ``durations`` seconds, one after the other."""
+    reads = iter([t for i, d in enumerate(durations) for t in (100.0 * i, 100.0 * i + d)])
+    monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: next(reads)))
+
+
+def test_a_roof_is_the_fastest_call_so_other_load_on_the_host_does_not_lower_it(monkeypatch):
+    # 3 of 5 calls were paused by other work on the host (4 s): the core's rate is the uninterrupted 1 s call's,
+    # where a median would read 4 s and put the roof 4 times too low
+    from grpo_edu.beyond import roofline
+
+    paused_clock(monkeypatch, step_cost, [1.0, 4.0, 4.0, 1.5, 4.0])
+    assert step_cost.matmul_flops_per_s(8, 4, 2, repeats=5) == 2 * 8 * 4 * 2 / 1.0
+    paused_clock(monkeypatch, roofline, [4.0, 2.0, 4.0])
+    assert roofline.memory_bandwidth(400, repeats=3) == 2 * 400 / 2.0
+
+
 @pytest.fixture
 def small_trainer():
     from grpo_edu.training.trainers.config import GRPOConfig

@@ -36,7 +36,6 @@ Shapes as in ``step_cost``: B prompts, G completions per prompt, N = B·G rows, 
 tokens, L layers, D hidden size, H query heads, K KV heads, d head size, I MLP width, V vocabulary.
 """
 
-import statistics
 import time
 
 import torch
@@ -62,8 +61,9 @@ def weight_count(config):
 
 
 def memory_bandwidth(nbytes, *, repeats=20):
-    """This process's copy bandwidth in bytes/s on a buffer of ``nbytes``: the median over ``repeats`` of
-    ``dst.copy_(src)``, which reads ``nbytes`` and writes ``nbytes``, after two untimed copies."""
+    """This process's copy bandwidth in bytes/s on a buffer of ``nbytes``: the fastest of ``repeats`` calls of
+    ``dst.copy_(src)``, which reads ``nbytes`` and writes ``nbytes``, after two untimed copies (a roof is the best
+    the core does; other load on the host only ever adds time)."""
     _checks.positive_int("nbytes", nbytes, minimum=4)
     _checks.positive_int("repeats", repeats)
     src = torch.randn(nbytes // 4)
@@ -75,7 +75,7 @@ def memory_bandwidth(nbytes, *, repeats=20):
         start = time.perf_counter()
         dst.copy_(src)
         times.append(time.perf_counter() - start)
-    return 2 * src.numel() * 4 / statistics.median(times)
+    return 2 * src.numel() * 4 / min(times)
 
 
 def _forward_bytes(config, tokens, logits, number):
@@ -173,6 +173,28 @@ def roofline(flops, nbytes, *, flops_per_s, bytes_per_s, seconds=None):
             row["times_limit"] = seconds[part] / row["limit_s"] if row["limit_s"] else float("inf")
         table[part] = row
     return table, {"ridge_flops_per_byte": flops_per_s / bytes_per_s}
+
+
+def binding_roof(intensity, ridge):
+    """Which roof binds a part that does ``intensity`` FLOPs per byte on a machine whose ridge point is ``ridge``
+    (F / W, FLOPs per byte): "memory" below the ridge, "compute" at or above it, since FLOPs / F ≥ bytes / W
+    exactly when FLOPs / bytes ≥ F / W. The answer is the machine's as much as the part's: the same part is
+    bound by arithmetic on a CPU whose matmul is slow beside its memory and by memory on one with wide vector
+    units. Returns ``(roof, info)``, info {"intensity", "ridge", "over_ridge": intensity / ridge}."""
+    for name, value in (("intensity", intensity), ("ridge", ridge)):
+        if not value > 0:
+            _checks.fail(name, f"is {value!r}", "pass FLOPs per byte above 0 (a part's intensity, a machine's F / W)")
+    roof = "memory" if intensity < ridge else "compute"
+    return roof, {"intensity": intensity, "ridge": ridge, "over_ridge": intensity / ridge}
+
+
+def roof_sentence(what, row, info, *, where="on this machine"):
+    """The sentence a lesson prints about which roof binds ``what`` (a part's row of :func:`roofline`) on the
+    machine of ``info`` (its ridge point): computed from that machine's two rates, never asserted."""
+    roof, i = binding_roof(row["intensity"], info["ridge_flops_per_byte"])
+    side = "below" if roof == "memory" else "at or above"
+    return (f"{where}, {'memory traffic' if roof == 'memory' else 'arithmetic'} binds {what}: it does "
+            f"{i['intensity']:.2f} FLOPs per byte, {side} the ridge at {i['ridge']:.2f} ({i['over_ridge']:.2f} times it)")
 
 
 def format_roofline(table, info):

@@ -53,9 +53,10 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
     """For each run of ``runs`` ({key: {"workload": …, "sampler": …, other GRPOConfig fields}}): ``steps`` timed
     steps (after ``warmup``), at a learning rate so small the policy stays put (as the bench: every step does
     the same work). The runs take their steps in turns (a step of each, then the next step of each), so a change
-    in the host's speed falls on all of them alike, and a run's time is its fastest step (other load on the host
-    only ever adds time). Returns {key: a dict}: ``seconds`` (the fastest step's seconds per part,
-    :data:`~grpo_edu.beyond.step_cost.PARTS`), ``step_s`` (the fastest step), ``flops`` (mean per part),
+    in the host's speed falls on all of them alike, and each part's time is its fastest over the steps (other load
+    on the host only ever adds time, and a pause that falls on one part of one step then moves no ratio of parts).
+    Returns {key: a dict}: ``seconds`` (each part's fastest seconds, :data:`~grpo_edu.beyond.step_cost.PARTS`),
+    ``step_s`` (their sum: the step without the host's interruptions), ``flops`` (mean per part),
     ``bytes`` (mean per part, ``beyond.roofline.bytes_of_step``), ``trainable`` (weights the optimizer updates),
     ``memory`` (bytes by part, on the last step's rows), ``decoded_rows`` (row-steps the loop computes: every
     row until the batch's longest answer ends, summed over steps) and ``answer_tokens`` (row-steps that are
@@ -94,7 +95,7 @@ def step_costs_in_turns(runs, *, steps=3, warmup=1, seed=0, learning_rate=1e-9):
     results = {}
     for key, trainer in trainers.items():
         mine = record[key]
-        fastest = min(mine["steps"], key=lambda seconds: sum(seconds.values()))
+        fastest = {p: min(seconds[p] for seconds in mine["steps"]) for p in PARTS}
         rollout = trainer._sample([row["prompt"] for row in trainer.batch_for(trainer.step_count)])
         results[key] = {"seconds": {p: fastest[p] for p in PARTS}, "step_s": sum(fastest.values()),
                         "flops": {k: statistics.mean(f[k] for f in mine["flops"]) for k in mine["flops"][0]},

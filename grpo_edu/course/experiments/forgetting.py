@@ -11,12 +11,17 @@ what ``grpo-edu train --replay-ratio …`` does.
 """
 
 import dataclasses
+import json
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
 from grpo_edu.common import _checks
+from grpo_edu.training.model.models import ASSETS
 from grpo_edu.training.rollouts.rollout import generate
 from grpo_edu.training.task.tasks import get_task
 
@@ -163,7 +168,6 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
     """
     import copy
     import shutil
-    from pathlib import Path
 
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.trainer import GRPOTrainer
@@ -192,12 +196,97 @@ def phase_b(start, notebook_file, *, replay_ratio, learning_rate, seed=0, probes
     return record
 
 
+STORED_RUNS = {
+    "lr 3e-4, replay 0 %": dict(replay_ratio=0.0, learning_rate=3e-4),
+    "lr 1e-3, replay 3 %": dict(replay_ratio=0.03, learning_rate=1e-3),
+}
+"""The phase-B runs lesson 06 reads from :data:`STORED_FOLDER` instead of training them (it trains phase A and the
+runs at lr 1e-3 with and without 30 % replay live): {name: ``phase_b`` settings}. ``--store`` makes them."""
+STORED_FOLDER = ASSETS / "forgetting"
+
+
+def kernel_label():
+    """The kernel set this process runs on, as stored runs are labelled: "default" under
+    ``ATEN_CPU_CAPABILITY=default`` (the portable kernels), "native" otherwise."""
+    return "default" if os.environ.get("ATEN_CPU_CAPABILITY", "") == "default" else "native"
+
+
+def store(seeds, folder, *, label=None, out=sys.stdout):
+    """Phase A, then every run of :data:`STORED_RUNS`, for each of ``seeds``; writes each seed's records
+    (without the per-step metrics) and the command that made them to ``folder/<label>-seed<N>.json``."""
+    import platform
+    import tempfile
+    import warnings
+
+    from grpo_edu.training.model.models import load_model_and_tokenizer, two_task_model_dir
+
+    label = label or kernel_label()
+    if not (isinstance(label, str) and label.replace("-", "").replace("_", "").isalnum() and label.isascii()):
+        _checks.fail("label", f"is {label!r}", 'pass a plain name for the files, e.g. "native" or "default"')
+    for seed in seeds:                                         # all checked before any run
+        _checks.positive_int("seeds", seed, minimum=0)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    capability = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    for seed in seeds:
+        runs = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            model, tokenizer = load_model_and_tokenizer(two_task_model_dir())
+            start, _ = phase_a(model, tokenizer, Path(tmp) / "a.sqlite", seed=seed, progress=False)
+            for name, settings in STORED_RUNS.items():
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")              # 3 % warns (outside 10–50 %); asked for here
+                    record = phase_b(start, Path(tmp) / "a.sqlite", seed=seed, progress=False, **settings)
+                runs[name] = {**record.to_dict(), "history": []}
+                print(f"seed {seed}, {name}: {TASK_A} {record.accuracy[TASK_A][0]:.3f} → "
+                      f"{record.accuracy[TASK_A][-1]:.3f}, {record.seconds:.0f} s", file=out, flush=True)
+        command = ((f"ATEN_CPU_CAPABILITY={capability} " if capability else "") + "OMP_NUM_THREADS=1 python -m "
+                   f"grpo_edu.course.experiments.forgetting --seeds {seed} --store {folder} --label {label}")
+        meta = {"command": command, "ATEN_CPU_CAPABILITY": capability, "torch": torch.__version__,
+                "kernels": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine(), "seed": seed}
+        (folder / f"{label}-seed{seed}.json").write_text(json.dumps({**meta, "runs": runs}, ensure_ascii=False,
+                                                                    indent=1), encoding="utf-8")
+
+
+def stored_path(seed, folder=None):
+    """The file that holds the stored runs of ``seed`` for this process's kernel set (:func:`kernel_label`)."""
+    return (Path(folder) if folder else STORED_FOLDER) / f"{kernel_label()}-seed{seed}.json"
+
+
+def stored_run(name, *, seed, folder=None):
+    """Stored run ``name`` (a key of :data:`STORED_RUNS`) of ``seed``, made with this process's kernel set, as
+    ``(PhaseRecord, meta)``: meta holds the command that made it, the kernels it ran on and the file's path."""
+    if name not in STORED_RUNS:
+        _checks.fail("name", f"is {name!r}, not a stored run", f"pass one of {list(STORED_RUNS)}")
+    path = stored_path(seed, folder)
+    if not path.is_file():
+        _checks.fail("seed", f"is {seed!r}, and there is no {path}",
+                     f"store it: python -m grpo_edu.course.experiments.forgetting --seeds {seed} --store {path.parent}")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    meta = {key: value for key, value in data.items() if key != "runs"}
+    return PhaseRecord(**data["runs"][name]), {**meta, "path": str(path)}
+
+
+def stored_or_trained(name, start, notebook_file, *, seed, folder=None, progress=True):
+    """Stored run ``name`` of ``seed`` where one is stored for this kernel set, else the same run trained now from
+    trainer ``start`` (phase A's) on a copy of ``notebook_file``. Returns ``(PhaseRecord, where)``, ``where`` a
+    line saying which: the command that made the stored file, or that it trained here."""
+    if stored_path(seed, folder).is_file():
+        record, meta = stored_run(name, seed=seed, folder=folder)
+        return record, f"{name}: stored, made by `{meta['command']}` (kernels {meta.get('kernels', '?')})"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                        # the 3 % run warns (outside 10–50 %); asked for here
+        record = phase_b(start, notebook_file, seed=seed, progress=progress, **STORED_RUNS[name])
+    return record, f"{name}: trained here (seed {seed} is not stored for these kernels)"
+
+
 def main(argv=None):
     """``python -m grpo_edu.course.experiments.forgetting``: lesson 06's experiment for several seeds, as a table."""
     import argparse
     import tempfile
     import warnings
-    from pathlib import Path
 
     from grpo_edu.training.model.models import load_model_and_tokenizer, two_task_model_dir
 
@@ -207,7 +296,13 @@ def main(argv=None):
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="phase B's (default 1e-3)")
     parser.add_argument("--frozen", action="store_true",
                         help="phase B admits nothing to the notebook: every replayed row is one of A's answers")
+    parser.add_argument("--store", metavar="FOLDER",
+                        help="instead: run phase A and the runs lesson 06 reads (STORED_RUNS) and write them to FOLDER")
+    parser.add_argument("--label", default=None, help="with --store: the files' kernel label (default: this process's)")
     args = parser.parse_args(argv)
+    if args.store:
+        store(args.seeds, args.store, label=args.label)
+        return 0
     print(f"phase A: {PHASE_A_STEPS} steps of {TASK_A}; phase B: {PHASE_B_STEPS} steps of {TASK_B} at lr "
           f"{args.learning_rate:g}; held-out accuracy on {PROBE_ROWS} prompts × {PROBE_SAMPLES} samples per task")
     print(f"{'seed':>4} {'replay':>6} | {TASK_A + ' before':>16} {'lowest':>7} {'after':>6} | "
