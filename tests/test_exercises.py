@@ -234,10 +234,13 @@ def test_reveal_choices(capsys):
 def test_reveal_shows_the_extra_output_only_after_a_guess(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", shown.append)
-    reveal("01.P1", None, 4.0, show="table")
+    unexplained = next(k for k, p in PREDICTIONS.items() if not p.why and not p.choices)
+    reveal(unexplained, None, 4.0, show="table")
     assert shown == []
-    reveal("01.P1", 4, 4.0, show="table")
+    reveal(unexplained, 4, 4.0, show="table")
     assert shown == ["table"]
+    reveal("01.P1", None, 4.0, show="explained")           # with a why, "Run all" shows it after the note
+    assert shown == ["table", "explained"]
 
 
 def test_every_prediction_is_numeric_or_a_choice_and_unknown_ids_fail():
@@ -245,3 +248,21 @@ def test_every_prediction_is_numeric_or_a_choice_and_unknown_ids_fail():
         assert (pred.tolerance is not None) != bool(pred.choices)      # exactly one of the two
     with pytest.raises(ValueError, match="^prediction_id: unknown prediction"):
         reveal("99.P1", 1, 1)
+
+
+def test_an_explanation_comes_only_with_the_answer(capsys):
+    """A prediction's ``why`` is printed after the measured value; without a guess ("Run all") the answer
+    comes after a note that still reads as unanswered; one without a ``why`` reveals nothing unguessed."""
+    why = PREDICTIONS["01.P1"].why
+    assert why
+    reveal("01.P1", 3, 4)
+    out = capsys.readouterr().out
+    assert out.index("the experiment gives 4") < out.index("Why: " + why)
+    reveal("01.P1", None, 4)
+    out = capsys.readouterr().out
+    assert "no guess yet" in out and "✅" not in out and "❌" not in out
+    assert out.index('"Run all"') < out.index("The experiment gives 4.") < out.index("Why: " + why)
+    unexplained = next(k for k, p in PREDICTIONS.items() if not p.why and not p.choices)
+    reveal(unexplained, None, 0.5)
+    out = capsys.readouterr().out
+    assert "no guess yet" in out and "0.5" not in out.split("\n", 1)[1] and "Why:" not in out

@@ -71,6 +71,14 @@ EXERCISES: dict[str, Any] = {
                      lambda: solve.trl_steps(600, 3),
                      "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates; processes "
                      "and micro-batches split one update, they add none."),
+    "01.6": Exercise("3000 prompts, batch_size = 12, total_epochs = 5, total_training_steps = 600, and G = 16. "
+                     "Give [steps, completions generated in the whole run].",
+                     lambda: [solve.schedule(dataset_size=3000, batch_size=12, num_generations=16, total_epochs=5,
+                                             total_training_steps=600).total_steps,
+                              solve.schedule(dataset_size=3000, batch_size=12, num_generations=16, total_epochs=5,
+                                             total_training_steps=600).total_completions],
+                     "G does not change the number of steps (600, as in 01.2); each step generates batch_size × G "
+                     "completions."),
     # lesson 06: data replay
     "06.1": Exercise("A step has 70 new completions and replay_ratio = 0.3. How many replayed samples join them?",
                      lambda: solve.replay_count(70, 0.3),

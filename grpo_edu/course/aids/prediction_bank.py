@@ -12,6 +12,9 @@ class Prediction:
     """Numeric guesses: how far from the measured value still counts as right."""
     choices: tuple[str, ...] = ()
     """Choice guesses: the allowed answers (compared case-insensitively)."""
+    why: str = ""
+    """The explanation, printed by ``reveal`` only after the measured answer, so no cell before the guess
+    gives it away. A prediction with one also answers a ``reveal`` run without a guess ("Run all"), with a note."""
 
 
 CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few_live_groups", "no_progress",
@@ -20,7 +23,10 @@ CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few
 
 PREDICTIONS: dict[str, Prediction] = {
     "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
-                        "= 1000. How many epochs does the run make?", tolerance=1e-9),
+                        "= 1000. How many epochs does the run make?", tolerance=1e-9,
+                        why="with 8 prompts per step an epoch is 2000 ÷ 8 = 250 steps, so the same 1000 steps make 4 "
+                            "epochs: twice the passes over the data, because each step uses twice the prompts. The "
+                            "step count was fixed by total_training_steps; the epoch count followed from it."),
     "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
                         "does the right answer get?", tolerance=0.25),
     "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
