@@ -195,6 +195,15 @@ EXERCISES: dict[str, Any] = {
     "02.3": Exercise("Rewards [2, 0, 0, 0] with scale='none' (Dr. GRPO). Advantage of the first answer?",
                      lambda: solve.adv([2, 0, 0, 0], scale="none")[0],
                      "scale='none' only subtracts the group mean."),
+    "02.5": Exercise("Rewards [1, 1, 0, 0, 0] for G = 5, scale='group' (eps = 1e-4). What are the five advantages "
+                     "(a list)?",
+                     lambda: solve.adv([1, 1, 0, 0, 0]),
+                     "μ = 0.4; σ is the unbiased std: divide the summed squares by G − 1 = 4, then take the root; "
+                     "Â = (R − μ)/(σ + 1e-4)."),
+    "02.6": Exercise("For p = 0.5 the group mean μ of G right/wrong rewards has standard deviation √(p(1 − p)/G). "
+                     "How many answers G make it half its value at G = 4?",
+                     lambda: solve.group_size_halving_mu_std(0.5, 4),
+                     "the spread falls like 1/√G: halving it takes four times the answers."),
     "02.4": CodeExercise("Write my_policy_gradient(logits, answers, advantages): a softmax policy over V answers "
                          "(logits, shape (V,)), G sampled answers (integers) and their advantages; return the "
                          "gradient of the loss L = −(1/G) Σ_i Â_i · log π(answers_i) with respect to the logits, "

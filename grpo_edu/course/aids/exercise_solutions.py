@@ -22,6 +22,14 @@ def adv(rewards, **kw):
     return group_advantages([rewards], **kw)[0].tolist()
 
 
+def group_size_halving_mu_std(p, G0):
+    """The smallest G at which the spread of the group mean, √(p(1 − p)/G), is half its value at G0."""
+    from grpo_edu.core.policy_gradient import advantage_distribution
+
+    target = advantage_distribution(p, G0)[1]["mu_std"] / 2
+    return next(g for g in range(G0, 64 * G0) if advantage_distribution(p, g)[1]["mu_std"] <= target + 1e-12)
+
+
 def dead(p, G, B=1):
     from grpo_edu.core.advantages import dead_group_probability
 

@@ -28,7 +28,11 @@ PREDICTIONS: dict[str, Prediction] = {
                             "epochs: twice the passes over the data, because each step uses twice the prompts. The "
                             "step count was fixed by total_training_steps; the epoch count followed from it."),
     "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
-                        "does the right answer get?", tolerance=0.25),
+                        "does the right answer get?", tolerance=0.25,
+                        why="μ = 1/16, and the unbiased σ is exactly 0.25, so Â = (15/16)/0.25 = 3.75 (3.7485 with "
+                            "eps). A lone right answer in a group of G gets (G − 1)/√G: 1.5 at G = 4, 2.47 at G = 8, "
+                            "3.75 at G = 16. That is also the largest |Â| any group of G can produce (lesson 03 shows "
+                            "why), and it is how a larger group rewards a rare success more."),
     "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
                         tolerance=0.2),
     "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
