@@ -223,6 +223,14 @@ EXERCISES: dict[str, Any] = {
     "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
                      lambda: round(solve.dead(0.5, 2, 4), 4),
                      "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
+    "03.5": Exercise("A prompt is solved with p = 0.95. What is the smallest group size G that brings the chance of "
+                     "a dead group below 0.5?",
+                     lambda: next(g for g in range(2, 1000) if solve.dead(0.95, g) < 0.5),
+                     "P(dead) = p^G + (1 − p)^G; try G = 12, 13, 14, … until it drops below 0.5."),
+    "03.6": Exercise("A toy model has logits [2.0, 1.2, 0.3, 0.0, −0.5] over 5 answers; answer 1 is right. Sampled at "
+                     "temperature τ = 0.5 with G = 8, what is the chance that a group is dead? (4 decimals)",
+                     lambda: round(solve.dead(solve.softmax_at([2.0, 1.2, 0.3, 0.0, -0.5], 0.5)[1], 8), 4),
+                     "p = softmax(logits / τ)[1]; then P(dead) = p^G + (1 − p)^G."),
     "03.4": CodeExercise("Write my_zero_std_groups(rewards): rewards is a (B, G) numpy array; return B booleans, "
                          "True where all G rewards of the row are equal (a dead group).",
                          solve.zero_std_ref, solve.rewards_input,

@@ -30,6 +30,13 @@ def group_size_halving_mu_std(p, G0):
     return next(g for g in range(G0, 64 * G0) if advantage_distribution(p, g)[1]["mu_std"] <= target + 1e-12)
 
 
+def softmax_at(logits, temperature):
+    """The probabilities of a softmax policy sampled at ``temperature``: softmax(logits / τ)."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    e = np.exp(z - z.max())
+    return (e / e.sum()).tolist()
+
+
 def dead(p, G, B=1):
     from grpo_edu.core.advantages import dead_group_probability
 

@@ -34,10 +34,17 @@ PREDICTIONS: dict[str, Prediction] = {
                             "3.75 at G = 16. That is also the largest |Â| any group of G can produce (lesson 03 shows "
                             "why), and it is how a larger group rewards a rare success more."),
     "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
-                        tolerance=0.2),
+                        tolerance=0.2,
+                        why="almost −1.5, the same as a wrong answer in [1, 1, 1, 0]: what a tiny σ does is amplify "
+                            "tiny differences. Dividing by σ rescales every group to the same spread, however small "
+                            "its differences were. Only when σ shrinks to the size of eps = 1e-4 does eps start to "
+                            "hold the advantages back."),
     "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
                         "gradient coming from the 4 live groups becomes what fraction of what it was?",
-                        tolerance=0.05),
+                        tolerance=0.05,
+                        why="a quarter. The loss averages over all the answers of the step: 16 groups instead of 4, so "
+                            "each live answer's share of the average, and so its push, is 4/16 of what it was. The "
+                            "dead groups add nothing to the sum and four times as much to the count."),
     "04.P1": Prediction("Â = −1, ε = 0.2, and an update has moved the token the wrong way: r = 1.5, above "
                         "1 + ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
                         choices=("zero", "not zero")),
