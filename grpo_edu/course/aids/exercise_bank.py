@@ -243,6 +243,11 @@ EXERCISES: dict[str, Any] = {
     "04.2": Exercise("Clip-higher: ε_low = 0.2, ε_high = 0.28, Â = +2, r = 1.35. What is the token's objective?",
                      lambda: round(solve.objective(1.35, 2.0, epsilon=0.2, epsilon_high=0.28), 4),
                      "clip(1.35, 0.8, 1.28) = 1.28; min(1.35·2, 1.28·2).", tolerance=1e-4),
+    "04.7": Exercise("Four answers sampled from π_θold got rewards [1, 0, 0, 1]; an update made them r = [1.5, 0.8, "
+                     "0.8, 1.5] times as likely under π_θ. What is the importance-sampling estimate of π_θ's expected "
+                     "reward from these old samples?",
+                     lambda: solve.importance_estimate([1, 0, 0, 1], [1.5, 0.8, 0.8, 1.5]),
+                     "weight each sample's reward by its ratio r, then average: (1/n) Σ r_i R_i."),
     "04.3": Exercise("The policy gives a token probability 0.5, the reference model 0.25. "
                      "What is the k3 estimate of the KL for this token? (4 decimals)",
                      lambda: round(solve.k3(0.5, 0.25), 4),

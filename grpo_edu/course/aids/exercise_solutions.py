@@ -37,6 +37,14 @@ def softmax_at(logits, temperature):
     return (e / e.sum()).tolist()
 
 
+def importance_estimate(rewards, ratios):
+    """E_{π_θ}[R] from answers sampled from π_θold whose ratios r = π_θ/π_θold are ``ratios``."""
+    from grpo_edu.core.policy_gradient import importance_weighted_mean
+
+    logprobs = np.log(np.asarray(ratios, dtype=np.float64))
+    return importance_weighted_mean(np.asarray(rewards, dtype=np.float64), logprobs, np.zeros_like(logprobs))[0]
+
+
 def dead(p, G, B=1):
     from grpo_edu.core.advantages import dead_group_probability
 

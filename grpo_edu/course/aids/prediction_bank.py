@@ -47,7 +47,14 @@ PREDICTIONS: dict[str, Prediction] = {
                             "dead groups add nothing to the sum and four times as much to the count."),
     "04.P1": Prediction("Â = −1, ε = 0.2, and an update has moved the token the wrong way: r = 1.5, above "
                         "1 + ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
-                        choices=("zero", "not zero")),
+                        choices=("zero", "not zero"),
+                        why="not zero. For Â < 0 the objective is min(r·Â, clip(r)·Â) = min(−1.5, −1.2) = −1.5: the "
+                            "min keeps the unclipped, worse value, whose gradient pushes the token back down "
+                            "(∂loss/∂log π = −r·Â = +1.5). The same holds mirrored for Â > 0 and r below 1 − ε. The "
+                            "ratio clip is one-sided: it only cuts off the side the advantage wants to go, so it stops "
+                            "an update from going too far in the right direction, never from undoing a step in the "
+                            "wrong one. clip_fraction does not count such a token, since the clip does not bind "
+                            "there; and the push grows with r without limit."),
     "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
                         "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
     "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
