@@ -50,7 +50,9 @@ HAND_COMPUTED = {
     "04.2": 2.56,                                  # min(1.35·2, 1.28·2)
     "04.3": 0.5 - math.log(0.5) - 1,               # ρ = π_ref/π_θ = 0.5
     "04.4": 1 / (2 * 8),
-    "04.7": 0.75,                                  # (1.5·1 + 0.8·0 + 0.8·0 + 1.5·1)/4                           # 1/(N·|o_i|)
+    "04.7": 0.75,                                  # (1.5·1 + 0.8·0 + 0.8·0 + 1.5·1)/4
+    "04b.1": "grpo",                               # 1/(N·|o_i|): a token of the 8-token answer weighs 1/4 as much
+    "04b.2": "down",                               # ∂k3/∂log π_θ = 1 − e^(−0.5) > 0: descent lowers log π_θ                           # 1/(N·|o_i|)
     "05.1": 1.0,
     "05.2": (2 / 3) / (math.sqrt(4 / 15) + 1e-4),  # μ = 1/3, unbiased σ² = (2·4/9 + 4·1/9)/5 = 4/15
     "05.3": 0.97 ** 8 + 0.03 ** 8,
@@ -84,12 +86,13 @@ def test_exercise_solutions_match_hand_computed_answers(ex_id):
 
     expected = HAND_COMPUTED[ex_id]
     got = EXERCISES[ex_id].solution()
-    if isinstance(expected, list):
-        assert got == pytest.approx(expected, abs=1e-9)
+    if isinstance(expected, (list, str)):
+        assert got == (expected if isinstance(expected, str) else pytest.approx(expected, abs=1e-9))
     else:
         assert got == pytest.approx(expected, abs=1e-4)
     assert check(ex_id, expected) is True
-    wrong = [x + 1 for x in expected] if isinstance(expected, list) else expected + 0.5
+    wrong = ([x + 1 for x in expected] if isinstance(expected, list) else expected + "?" if isinstance(expected, str)
+             else expected + 0.5)
     assert check(ex_id, wrong) is False
 
 

@@ -256,6 +256,17 @@ EXERCISES: dict[str, Any] = {
                      "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
                      lambda: solve.token_weight((2, 8), "grpo", 1),
                      "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
+    "04b.1": Exercise("A step holds a short wrong answer (2 tokens) and a long wrong answer (8 tokens) with the same Â. "
+                      "Under which loss_type does each token of the long answer get a smaller push than a token of "
+                      "the short one? One of 'grpo', 'bnpo', 'dapo', 'dr_grpo'.",
+                      lambda: solve.length_biased_loss_type((2, 8), ("grpo", "bnpo", "dapo", "dr_grpo")),
+                      "compare one token's weight in each answer: which loss_type divides each answer's loss by its "
+                      "own length |o_i|?"),
+    "04b.2": Exercise("π_θ has drifted above π_ref on a token: log π_θ − log π_ref = 0.5. With β = 0.04 and the k3 "
+                      "estimator in the loss, does the KL term push this token's log-probability 'up' or 'down'?",
+                      lambda: solve.kl_push(0.5, beta=0.04),
+                      "gradient descent moves log π_θ against ∂(β·k3)/∂log π_θ = β·(1 − π_ref/π_θ); its sign says "
+                      "which way the leash pulls."),
     "04.5": CodeExercise("Write my_clip_push(ratio, advantage, epsilon): ratio and advantage are numpy arrays, "
                          "one entry per token; return how hard the clipped objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â) "
                          "pushes each token's log-probability: its derivative with respect to log π_θ (which "

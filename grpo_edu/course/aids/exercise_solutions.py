@@ -89,6 +89,26 @@ def token_weight(lengths, loss_type, answer):
     return -logprobs.grad[answer, 0].item()
 
 
+def length_biased_loss_type(lengths, loss_types):
+    """The one loss_type whose per-token weight is smaller in the longest answer than in the shortest."""
+    short, long_ = lengths.index(min(lengths)), lengths.index(max(lengths))
+    found = [t for t in loss_types if token_weight(lengths, t, long_) < token_weight(lengths, t, short) - 1e-12]
+    if len(found) != 1:
+        raise AssertionError(f"expected one length-biased loss_type among {loss_types}, found {found}")
+    return found[0]
+
+
+def kl_push(log_ratio, *, beta):
+    """'up' or 'down': which way one gradient-descent step on β·k3 moves log π_θ when log π_θ − log π_ref = log_ratio."""
+    import torch
+
+    from grpo_edu.core.kl import kl_estimate
+
+    logprob = torch.tensor(float(log_ratio), dtype=torch.float64, requires_grad=True)
+    (beta * kl_estimate(logprob, torch.tensor(0.0, dtype=torch.float64), kind="k3")).backward()
+    return "down" if logprob.grad.item() > 0 else "up"
+
+
 def on_policy_ratio():
     """Mean ratio r that grpo_loss reports when π_θ is the policy that sampled (log π_θ = log π_θold)."""
     import torch

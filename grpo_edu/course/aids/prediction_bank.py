@@ -78,7 +78,11 @@ PREDICTIONS: dict[str, Prediction] = {
     "04.P2": Prediction("Put k1 = log π_θ − log π_ref in the loss. Averaged over tokens sampled from π_θ, is "
                         "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
                         "'something else'?",
-                        choices=("zero", "the kl gradient", "something else")),
+                        choices=("zero", "the kl gradient", "something else"),
+                        why="zero: an estimator whose value is unbiased need not have a gradient that points where the "
+                            "KL's gradient points. ∇k1(x) = ∇log π_θ(x), and the average of ∇log π_θ over tokens drawn "
+                            "from π_θ is Σ_x π_θ(x)∇log π_θ(x) = Σ_x ∇π_θ(x) = ∇1 = 0: the same identity that made "
+                            "lesson 02's baseline harmless. As a loss term k1 adds only noise."),
     "10.P1": Prediction("The same 60-step run in grpo_edu and in TRL (exported settings, same model, prompts and "
                         "seed). Their held-out accuracies at the end will be: 'within 6 points', 'TRL ahead by "
                         "more' or 'grpo_edu ahead by more'?",
