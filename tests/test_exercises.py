@@ -266,3 +266,32 @@ def test_an_explanation_comes_only_with_the_answer(capsys):
     reveal(unexplained, None, 0.5)
     out = capsys.readouterr().out
     assert "no guess yet" in out and "0.5" not in out.split("\n", 1)[1] and "Why:" not in out
+
+
+def test_an_unknown_run_names_one_known_knob_and_its_answer_follows_it(monkeypatch, capsys):
+    from grpo_edu.course.aids import exercise_bank
+    from grpo_edu.course.aids.exercises import mystery_settings
+
+    settings = mystery_settings("05.7")
+    assert len(settings) == 1 and set(settings) <= set(exercise_bank.KNOBS)
+    settings.clear()                                                   # a copy: the bank is untouched
+    assert mystery_settings("05.7")
+    monkeypatch.setitem(exercise_bank.MYSTERY_RUNS, "05.7", {"beta": 1.0})
+    assert check("05.7", "beta") is True and check("05.7", "temperature") is False
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="^exercise_id: '05.1' has no unknown run"):
+        mystery_settings("05.1")
+
+
+def test_lesson_08_shows_the_flags_its_exercise_checks():
+    import ast
+    import json
+    import re
+
+    from grpo_edu.course.aids.exercise_bank import PASS_FLAGS
+    from grpo_edu.course.classroom.answers import lesson_file
+
+    cells = json.loads(lesson_file("08").read_text(encoding="utf-8"))["cells"]
+    source = next("".join(c["source"]) for c in cells if 'check("08.5"' in "".join(c["source"]))
+    shown = ast.literal_eval(re.search(r"flags = (\[.*?\]\])", source, re.S).group(1))
+    assert shown == PASS_FLAGS

@@ -45,6 +45,15 @@ class CodeExercise:
     """Absolute tolerance per element."""
 
 
+MYSTERY_RUNS = {"05.7": {"temperature": 0.5}}
+"""The runs a learner diagnoses from their panels: exercise id → the one setting changed from the lesson's baseline."""
+KNOBS = {"num_generations": "G", "learning_rate": "learning rate", "beta": "beta", "temperature": "temperature"}
+"""The names a learner may answer with, for the settings a mystery run can change."""
+
+PASS_FLAGS = [[0, 0, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0],
+              [0, 1, 0, 0, 0, 0, 0, 0]]
+"""Exercise 08.5's right/wrong flags: 5 prompts × 8 samples (lesson 08 prints the same table)."""
+
 EXERCISES: dict[str, Any] = {
     # lesson 01: batch, step, epoch
     "01.1": Exercise("A dataset has 3000 prompts and batch_size = 12. How many steps make one epoch?",
@@ -103,7 +112,7 @@ EXERCISES: dict[str, Any] = {
                          "rank with a stable sort: np.argsort(-advantages, kind='stable')[:math.ceil(top_fraction * n)]; "
                          "then also require advantages > min_advantage."),
     # lesson 07: reward design
-    "07.1": Exercise("With the guide's weights (0.6 correctness, 0.2 brevity_reward(4), 0.2 format_reward(3)), what "
+    "07.1": Exercise("With the recipe's weights (0.6 correctness, 0.2 brevity_reward(4), 0.2 format_reward(3)), what "
                      "reward R does the answer '46' get for 12+34=?",
                      lambda: round(solve.composite({"correctness": 0.6, "brevity": 0.2, "format": 0.2}, ["46"])[0], 4),
                      "right (1), brevity 1 − 2/4, well formed (1): weigh and add."),
@@ -304,6 +313,11 @@ EXERCISES: dict[str, Any] = {
                      solve.live_token_gradient,
                      "−Â/(N·|o|): Â of the right answer is 0.75/(0.5 + 1e-4), N = 8 answers (the dead group counts "
                      "in N too), |o| = 1.", tolerance=1e-4),
+    "05.7": Exercise("An unknown 100-step run changed one setting of the baseline. From its six panels: which knob "
+                     "changed? One of 'G', 'learning rate', 'beta', 'temperature'.",
+                     lambda: KNOBS[next(iter(MYSTERY_RUNS["05.7"]))],
+                     "compare each panel with the baseline's: where does the reward start, and how many groups are "
+                     "dead from the first steps? Section 4's comparisons show each knob's signature."),
     "05.6": CodeExercise("Write my_sequence_logprob(token_logprobs, mask): (N, T) numpy arrays of the log-prob of "
                          "each completion token and the completion mask (1 up to and including <eos>); return the "
                          "N log-probabilities of the whole answers.",
@@ -326,6 +340,11 @@ EXERCISES: dict[str, Any] = {
                      solve.pass_at_k,
                      "evaluate(..., num_samples=8, seed=0); the samples come 8 per prompt, in order; "
                      "count the prompts with any right sample."),
+    "08.5": Exercise("A model answered 5 held-out prompts 8 times each; its right (1) / wrong (0) flags are "
+                     f"{PASS_FLAGS}. What are its pass@1 (the share of single samples that are right) and its pass@8 "
+                     "(the share of prompts with at least one right sample)? Answer [pass@1, pass@8].",
+                     lambda: solve.pass_at_1_and_k(PASS_FLAGS, 8),
+                     "pass@1: right samples ÷ all samples; pass@8: prompts with any right sample ÷ prompts."),
     # lesson 11: long answers
     "11.1": Exercise("Two wrong answers (Â = −1 each), one of 5 tokens and one of 40, under loss_type='grpo'. How "
                      "many times harder is each token of the short one pushed down than each token of the long one?",

@@ -340,6 +340,15 @@ def push_off_policy(ratio, advantage, variants):
             for settings in variants]
 
 
+def pass_at_1_and_k(flags, k):
+    """[pass@1, pass@k] of right/wrong flags, one row of n samples per prompt: the library's unbiased estimator."""
+    from grpo_edu.training.task.evaluation import pass_at_k as estimate
+
+    rows = [[bool(f) for f in row] for row in flags]
+    return [float(np.mean([estimate(len(r), sum(r), 1)[0] for r in rows])),
+            float(np.mean([estimate(len(r), sum(r), k)[0] for r in rows]))]
+
+
 def pass_at_k_ref(n, c, k):
     from grpo_edu.training.task.evaluation import pass_at_k
 

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from grpo_edu.course.aids.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
+from grpo_edu.course.aids.exercise_bank import EXERCISES, MYSTERY_RUNS, PREDICTIONS, CodeExercise
 
 
 def show(exercise_id):
@@ -154,6 +154,14 @@ def _display(show):
         from IPython.display import display
 
         display(show)
+
+
+def mystery_settings(exercise_id):
+    """The settings of an unknown run a learner diagnoses (``run(**mystery_settings("05.7"))``): a new dict."""
+    if exercise_id not in MYSTERY_RUNS:
+        known = ", ".join(sorted(MYSTERY_RUNS))
+        raise ValueError(f"exercise_id: {exercise_id!r} has no unknown run. Fix: use one of {known}.")
+    return dict(MYSTERY_RUNS[exercise_id])
 
 
 def _get(exercise_id):

@@ -56,15 +56,26 @@ PREDICTIONS: dict[str, Prediction] = {
                             "wrong one. clip_fraction does not count such a token, since the clip does not bind "
                             "there; and the push grows with r without limit."),
     "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
-                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
+                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15,
+                        why="with G = 2 about half of the groups are dead almost from the start (p² + (1 − p)² at "
+                            "p ≈ 0.5), and more as the model improves, since a pair of answers agrees whenever both "
+                            "are right or both wrong."),
     "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
                         "from addition's notebook, what will addition's held-out accuracy be at the end of phase B "
                         "(0–1)? It was about 0.77 before phase B.", tolerance=0.1),
     "07.P1": Prediction("Train 100 steps with 0.2 × correctness + 0.8 × brevity. Held-out accuracy starts near 0.5. "
-                        "What will it be after the run (0–1)?", tolerance=0.1),
+                        "What will it be after the run (0–1)?", tolerance=0.1,
+                        why="about 0. An empty answer earns 0.8 of brevity and a right two-digit answer only "
+                            "0.2 + 0.4 = 0.6, so the reward prefers saying nothing: the model learns to stop at once, "
+                            "its reward climbs while it unlearns addition. That is reward hacking, and only a "
+                            "measurement the reward cannot touch, here held-out accuracy, shows it."),
     "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
                         "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
-                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
+                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points"),
+                        why="greedy accuracy was near 1 before training (the table of section 2): GRPO did not teach "
+                            "this model many sums it could not already do. It taught it to bet on the answer it already "
+                            "rated highest, so a single sampled answer is now right nearly as often as the greedy "
+                            "answer was before. That is sharpening: pass@1 rises, greedy and pass@8 hardly move."),
     "15.P1": Prediction("tiny-calc calls the calculator in about half its answers, and is right about 93 % of the time "
                         "with a call and 4 % without. After 20 GRPO steps rewarding only the right answer, what share "
                         "of its answers will call the calculator (0–1)?", tolerance=0.1),
