@@ -41,7 +41,7 @@ def test_words_count_tokens_with_a_letter_or_digit():
 
 
 def test_the_columns_follow_the_audits_rules():
-    row, info = measure(NOTEBOOK, code_ids={"02.4"})
+    row, info = measure(NOTEBOOK, code_ids={"02.4"}, explanations={"99.P1": "three more words"})
     cell_words = {c["cell"]: (c["words"], c["core words"]) for c in info["cells"]}
     assert cell_words[0] == (16, 16)                        # the 中文摘要 paragraph left out
     heading1 = words("## 1. Core part\n\n*Core.*\n\nfour words right here\n\n<details><summary>aside</summary>"
@@ -54,12 +54,14 @@ def test_the_columns_follow_the_audits_rules():
     assert (row["predict"], row["worked"], row["auto-checked"], row["code-writing"]) == (1, 1, 1, 1)
     assert (row["figures"], row["captioned"]) == (1, 1)
     assert row["words"] == sum(w for w, _ in cell_words.values())
+    assert (row["why words"], row["core why words"]) == (3, 3)          # the reveal sits in a core section
+    assert row["read min"] == round((row["words"] + 3) / 200, 1)
     assert row["longest cell"] == max(w for w, _ in cell_words.values())
 
 
 def test_a_figure_without_a_caption_beside_it_is_not_captioned():
     cells = [c for c in NOTEBOOK["cells"] if "Figure ·" not in str(c["source"])]
-    row, _ = measure({"cells": cells}, code_ids=set())
+    row, _ = measure({"cells": cells}, code_ids=set(), explanations={})
     assert (row["figures"], row["captioned"], row["checks"]) == (1, 0, True)
 
 

@@ -8,7 +8,9 @@ It reads the notebooks as JSON and runs nothing. What each column counts (the au
 * **core words**: the same, leaving out what a first pass may skip: sections tagged "deep dive" (the line under
   the heading reads ``*Deep dive (skip on a first pass).*``, or ``*Core.*`` for a core one; headings keep their
   text, so links to them hold), and folded ``<details>`` blocks (framework asides, full tables, long explanations).
-* **read min**: words ÷ :data:`WORDS_PER_MINUTE`.
+* **why words**: the explanations ``reveal()`` prints after a guess (``Prediction.why``), read from the bank: the
+  prose moved out of the markdown is still read. **core why words**: those of reveals on the core track.
+* **read min**: (words + why words) ÷ :data:`WORDS_PER_MINUTE`; **core read min** the same for the core track.
 * **exercises**: ``check("ID", …)`` cells split into worked examples (the cell says "Worked example"),
   code-writing items (the id is a ``CodeExercise``) and auto-checked answers; ``reveal("ID", …)`` cells
   are predictions.
@@ -68,18 +70,26 @@ def _code_exercise_ids():
     return {k for k, ex in EXERCISES.items() if isinstance(ex, CodeExercise)}
 
 
-def measure(notebook, code_ids=None):
+def _explanations():
+    from grpo_edu.course.aids.prediction_bank import PREDICTIONS
+
+    return {k: p.why for k, p in PREDICTIONS.items()}
+
+
+def measure(notebook, code_ids=None, explanations=None):
     """The reading load of one notebook (a dict, as ``json.load`` gives). Returns ``(row, info)``.
 
     ``row``: the table's columns; ``info``: per markdown cell, its index, words and whether it is on the core track.
-    ``code_ids``: the ids of code-writing exercises (default: the course's ``CodeExercise`` ids).
+    ``code_ids``: the ids of code-writing exercises (default: the course's ``CodeExercise`` ids);
+    ``explanations``: {prediction id: the text ``reveal`` prints after a guess} (default: the course's bank).
     """
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise ValueError("notebook: expected a notebook's JSON (a dict with a 'cells' list). "
                          "Fix: pass json.load(open(path)) of an .ipynb file.")
     code_ids = _code_exercise_ids() if code_ids is None else set(code_ids)
+    explanations = _explanations() if explanations is None else dict(explanations)
     cells = notebook["cells"]
-    row = {"words": 0, "core words": 0, "auto-checked": 0, "code-writing": 0, "predict": 0, "worked": 0,
+    row = {"words": 0, "core words": 0, "why words": 0, "core why words": 0, "auto-checked": 0, "code-writing": 0, "predict": 0, "worked": 0,
            "longest cell": 0, "longest core cell": 0, "outcomes": 0, "checks": False, "figures": 0,
            "captioned": 0}
     per_cell, deep = [], False
@@ -111,6 +121,9 @@ def measure(notebook, code_ids=None):
             for kind, ex_id in _CALL.findall(text):
                 if kind == "reveal":
                     row["predict"] += 1
+                    n = words(explanations.get(ex_id, ""))
+                    row["why words"] += n
+                    row["core why words"] += 0 if deep else n
                 elif "worked example" in text.lower():
                     row["worked"] += 1
                 elif ex_id in code_ids:
@@ -121,12 +134,12 @@ def measure(notebook, code_ids=None):
                 row["figures"] += 1
                 around = [cells[j] for j in (i - 1, i + 1) if 0 <= j < len(cells)]
                 row["captioned"] += any(_is_caption(c) for c in around)
-    row["read min"] = round(row["words"] / WORDS_PER_MINUTE, 1)
-    row["core read min"] = round(row["core words"] / WORDS_PER_MINUTE, 1)
+    row["read min"] = round((row["words"] + row["why words"]) / WORDS_PER_MINUTE, 1)
+    row["core read min"] = round((row["core words"] + row["core why words"]) / WORDS_PER_MINUTE, 1)
     return row, {"cells": per_cell}
 
 
-COLUMNS = ("lesson", "words", "read min", "core words", "core read min", "longest cell", "longest core cell",
+COLUMNS = ("lesson", "words", "why words", "read min", "core words", "core why words", "core read min", "longest cell", "longest core cell",
            "auto-checked", "code-writing", "predict", "worked", "outcomes", "checks", "figures", "captioned")
 
 
@@ -145,8 +158,8 @@ def table(paths):
             values = [r[col] for r in rows]
             total[col] = (max(values) if col.startswith("longest") else sum(values) if col != "checks"
                           else f"{sum(values)}/{len(values)}")
-        total["read min"] = round(total["words"] / WORDS_PER_MINUTE, 1)
-        total["core read min"] = round(total["core words"] / WORDS_PER_MINUTE, 1)
+        total["read min"] = round((total["words"] + total["why words"]) / WORDS_PER_MINUTE, 1)
+        total["core read min"] = round((total["core words"] + total["core why words"]) / WORDS_PER_MINUTE, 1)
         rows.append(total)
     return [{c: r[c] for c in COLUMNS} for r in rows]
 
