@@ -68,8 +68,9 @@ def test_a_figure_without_a_caption_beside_it_is_not_captioned():
 def test_the_table_totals_and_refuses_what_is_not_a_notebook(tmp_path):
     for name in ("98_a.ipynb", "99_b.ipynb"):
         (tmp_path / name).write_text(json.dumps(NOTEBOOK), encoding="utf-8")
-    rows = table(sorted(tmp_path.glob("*.ipynb")))
+    rows = table(sorted(tmp_path.glob("*.ipynb")), explanations={"99.P1": "one"})
     assert [r["lesson"] for r in rows] == ["98", "99", "total"]
+    assert rows[-1]["why words"] == 2 and table(sorted(tmp_path.glob("*.ipynb")), explanations={})[-1]["why words"] == 0
     assert rows[-1]["words"] == 2 * rows[0]["words"] and rows[-1]["checks"] == "2/2"
     with pytest.raises(ValueError, match="paths: .*not a notebook"):
         table([tmp_path / "missing.ipynb"])

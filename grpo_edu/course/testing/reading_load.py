@@ -1,6 +1,7 @@
 """A lesson's reading load, measured from its notebook: the learner-path audit's table, re-measurable by anyone.
 
-``python -m grpo_edu.course.testing.reading_load lessons/01_*.ipynb …`` prints one row per lesson and a total.
+``python -m grpo_edu.course.testing.reading_load lessons/01_*.ipynb …`` prints one row per lesson and a total
+(``--no-why`` leaves out the bank's explanations: for notebooks from before the bank had them).
 It reads the notebooks as JSON and runs nothing. What each column counts (the audit's rules, written down):
 
 * **words**: whitespace tokens with a letter or a digit, in markdown cells, leaving out the ``中文摘要``
@@ -143,14 +144,17 @@ COLUMNS = ("lesson", "words", "why words", "read min", "core words", "core why w
            "auto-checked", "code-writing", "predict", "worked", "outcomes", "checks", "figures", "captioned")
 
 
-def table(paths):
-    """One row per notebook path and a total row, as a list of dicts in :data:`COLUMNS` order."""
+def table(paths, explanations=None):
+    """One row per notebook path and a total row, as a list of dicts in :data:`COLUMNS` order.
+
+    ``explanations``: as for :func:`measure`; pass ``{}`` to measure notebooks from before the bank explained
+    their predictions (their explanations were markdown)."""
     rows = []
     for path in paths:
         path = Path(path)
         if path.suffix != ".ipynb" or not path.is_file():
             raise ValueError(f"paths: {str(path)!r} is not a notebook file. Fix: pass lessons/NN_*.ipynb files.")
-        row, _ = measure(json.loads(path.read_text(encoding="utf-8")))
+        row, _ = measure(json.loads(path.read_text(encoding="utf-8")), explanations=explanations)
         rows.append({"lesson": path.name.split("_")[0], **row})
     if rows:
         total = {"lesson": "total"}
@@ -165,11 +169,13 @@ def table(paths):
 
 
 def main(argv=None):
-    paths = sys.argv[1:] if argv is None else argv
+    args = sys.argv[1:] if argv is None else list(argv)
+    unexplained = "--no-why" in args                 # notebooks whose predictions the bank did not yet explain
+    paths = [a for a in args if a != "--no-why"]
     if not paths:
-        print("usage: python -m grpo_edu.course.testing.reading_load lessons/01_*.ipynb …", file=sys.stderr)
+        print("usage: python -m grpo_edu.course.testing.reading_load [--no-why] lessons/01_*.ipynb …", file=sys.stderr)
         return 2
-    rows = table(paths)
+    rows = table(paths, explanations={} if unexplained else None)
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
