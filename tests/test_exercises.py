@@ -204,8 +204,16 @@ def test_the_message_shows_the_input_as_it_was_before_the_learners_function_ran(
 
 # --- predictions ----------------------------------------------------------------------------
 
-def test_reveal_without_a_guess_shows_nothing_of_the_answer(capsys):
-    assert reveal("02.P1", None, 3.7485) is None
+def _unexplained(monkeypatch):
+    """A numeric prediction with no ``why``: reveal keeps its answer back until a guess comes."""
+    from grpo_edu.course.aids.prediction_bank import Prediction
+
+    monkeypatch.setitem(PREDICTIONS, "99.P9", Prediction("a question", tolerance=0.25))
+    return "99.P9"
+
+
+def test_reveal_without_a_guess_shows_nothing_of_the_answer(capsys, monkeypatch):
+    assert reveal(_unexplained(monkeypatch), None, 3.7485) is None
     out = capsys.readouterr().out
     assert "no guess yet" in out and "3.7" not in out
 
@@ -234,7 +242,7 @@ def test_reveal_choices(capsys):
 def test_reveal_shows_the_extra_output_only_after_a_guess(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", shown.append)
-    unexplained = next(k for k, p in PREDICTIONS.items() if not p.why and not p.choices)
+    unexplained = _unexplained(monkeypatch)
     reveal(unexplained, None, 4.0, show="table")
     assert shown == []
     reveal(unexplained, 4, 4.0, show="table")
@@ -250,7 +258,7 @@ def test_every_prediction_is_numeric_or_a_choice_and_unknown_ids_fail():
         reveal("99.P1", 1, 1)
 
 
-def test_an_explanation_comes_only_with_the_answer(capsys):
+def test_an_explanation_comes_only_with_the_answer(capsys, monkeypatch):
     """A prediction's ``why`` is printed after the measured value; without a guess ("Run all") the answer
     comes after a note that still reads as unanswered; one without a ``why`` reveals nothing unguessed."""
     why = PREDICTIONS["01.P1"].why
@@ -262,8 +270,7 @@ def test_an_explanation_comes_only_with_the_answer(capsys):
     out = capsys.readouterr().out
     assert "no guess yet" in out and "✅" not in out and "❌" not in out
     assert out.index('"Run all"') < out.index("The experiment gives 4.") < out.index("Why: " + why)
-    unexplained = next(k for k, p in PREDICTIONS.items() if not p.why and not p.choices)
-    reveal(unexplained, None, 0.5)
+    reveal(_unexplained(monkeypatch), None, 0.5)
     out = capsys.readouterr().out
     assert "no guess yet" in out and "0.5" not in out.split("\n", 1)[1] and "Why:" not in out
 
