@@ -127,6 +127,7 @@ checks every import in the source):
     ``kernel_start``    a notebook kernel that dies while starting (a port race) started again (a pytest plugin)
     ``browser``         JupyterLab + headless Chromium for the browser tests and ``screenshots``
     ``screenshots``     the README's pictures
+    ``reading_load``    each lesson's reading load: words, core track, exercises, outcomes, captions
 
 ``common/`` (under everything) — no GRPO in it: argument checks (``_checks``), a layer's rooms (``rooms``), progress bars
 that leave a final text in saved notebooks (``progress``), the display pieces every layer

@@ -209,8 +209,16 @@ def test_the_message_shows_the_input_as_it_was_before_the_learners_function_ran(
 
 # --- predictions ----------------------------------------------------------------------------
 
-def test_reveal_without_a_guess_shows_nothing_of_the_answer(capsys):
-    assert reveal("02.P1", None, 3.7485) is None
+def _unexplained(monkeypatch):
+    """A numeric prediction with no ``why``: reveal keeps its answer back until a guess comes."""
+    from grpo_edu.course.aids.prediction_bank import Prediction
+
+    monkeypatch.setitem(PREDICTIONS, "99.P9", Prediction("a question", tolerance=0.25))
+    return "99.P9"
+
+
+def test_reveal_without_a_guess_shows_nothing_of_the_answer(capsys, monkeypatch):
+    assert reveal(_unexplained(monkeypatch), None, 3.7485) is None
     out = capsys.readouterr().out
     assert "no guess yet" in out and "3.7" not in out
 
@@ -239,10 +247,13 @@ def test_reveal_choices(capsys):
 def test_reveal_shows_the_extra_output_only_after_a_guess(monkeypatch):
     shown = []
     monkeypatch.setattr("IPython.display.display", shown.append)
-    reveal("01.P1", None, 4.0, show="table")
+    unexplained = _unexplained(monkeypatch)
+    reveal(unexplained, None, 4.0, show="table")
     assert shown == []
-    reveal("01.P1", 4, 4.0, show="table")
+    reveal(unexplained, 4, 4.0, show="table")
     assert shown == ["table"]
+    reveal("01.P1", None, 4.0, show="explained")           # with a why, "Run all" shows it after the note
+    assert shown == ["table", "explained"]
 
 
 def test_every_prediction_is_numeric_or_a_choice_and_unknown_ids_fail():
@@ -250,3 +261,49 @@ def test_every_prediction_is_numeric_or_a_choice_and_unknown_ids_fail():
         assert (pred.tolerance is not None) != bool(pred.choices)      # exactly one of the two
     with pytest.raises(ValueError, match="^prediction_id: unknown prediction"):
         reveal("99.P1", 1, 1)
+
+
+def test_an_explanation_comes_only_with_the_answer(capsys, monkeypatch):
+    """A prediction's ``why`` is printed after the measured value; without a guess ("Run all") the answer
+    comes after a note that still reads as unanswered; one without a ``why`` reveals nothing unguessed."""
+    why = PREDICTIONS["01.P1"].why
+    assert why
+    reveal("01.P1", 3, 4)
+    out = capsys.readouterr().out
+    assert out.index("the experiment gives 4") < out.index("Why: " + why)
+    reveal("01.P1", None, 4)
+    out = capsys.readouterr().out
+    assert "no guess yet" in out and "✅" not in out and "❌" not in out
+    assert out.index('"Run all"') < out.index("The experiment gives 4.") < out.index("Why: " + why)
+    reveal(_unexplained(monkeypatch), None, 0.5)
+    out = capsys.readouterr().out
+    assert "no guess yet" in out and "0.5" not in out.split("\n", 1)[1] and "Why:" not in out
+
+
+def test_an_unknown_run_names_one_known_knob_and_its_answer_follows_it(monkeypatch, capsys):
+    from grpo_edu.course.aids import exercise_bank
+    from grpo_edu.course.aids.exercises import mystery_settings
+
+    settings = mystery_settings("05.7")
+    assert len(settings) == 1 and set(settings) <= set(exercise_bank.KNOBS)
+    settings.clear()                                                   # a copy: the bank is untouched
+    assert mystery_settings("05.7")
+    monkeypatch.setitem(exercise_bank.MYSTERY_RUNS, "05.7", {"beta": 1.0})
+    assert check("05.7", "beta") is True and check("05.7", "temperature") is False
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="^exercise_id: '05.1' has no unknown run"):
+        mystery_settings("05.1")
+
+
+def test_lesson_08_shows_the_flags_its_exercise_checks():
+    import ast
+    import json
+    import re
+
+    from grpo_edu.course.aids.exercise_bank import PASS_FLAGS
+    from grpo_edu.course.classroom.answers import lesson_file
+
+    cells = json.loads(lesson_file("08").read_text(encoding="utf-8"))["cells"]
+    source = next("".join(c["source"]) for c in cells if 'check("08.5"' in "".join(c["source"]))
+    shown = ast.literal_eval(re.search(r"flags = (\[.*?\]\])", source, re.S).group(1))
+    assert shown == PASS_FLAGS

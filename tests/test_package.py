@@ -41,19 +41,28 @@ HAND_COMPUTED = {
     "01.5": 1800,                                  # 600 steps × 3 updates each; processes split, not add
     "02.1": 0.75 / (0.5 + 1e-4),                   # μ = 0.25, unbiased σ = √(0.75/3) = 0.5
     "02.2": [-0.2, -0.2, -0.2, -0.2, 0.8],         # μ = 0.5; R − μ
-    "02.3": 1.5,                                   # 2 − μ, μ = 0.5
+    "01.6": [600, 600 * 12 * 16],                  # G leaves the 600 steps; each step makes B·G = 192
+    "02.3": 1.5,
+    "02.5": [0.6 / (0.3 ** 0.5 + 1e-4)] * 2 + [-0.4 / (0.3 ** 0.5 + 1e-4)] * 3,   # μ = 0.4, σ² = (2·0.36 + 3·0.16)/4
+    "02.6": 16,                                    # √(0.25/G) = 0.125 → G = 16                                   # 2 − μ, μ = 0.5
     "03.1": 0.9 ** 4 + 0.1 ** 4,
     "03.2": 1 - (1 - (0.95 ** 16 + 0.05 ** 16)) ** 4,
     "03.3": (0.5 ** 2 + 0.5 ** 2) ** 4,
+    "03.5": 14,                                    # 0.95¹³ + 0.05¹³ = 0.513, 0.95¹⁴ + … = 0.488
+    "03.6": 0.2474,                                # p = softmax(2·logits)[1] = 0.1602; p⁸ + (1 − p)⁸
     "04.1": 1.2,                                   # min(1.5·1, 1.2·1)
     "04.2": 2.56,                                  # min(1.35·2, 1.28·2)
     "04.3": 0.5 - math.log(0.5) - 1,               # ρ = π_ref/π_θ = 0.5
-    "04.4": 1 / (2 * 8),                           # 1/(N·|o_i|)
+    "04.4": 1 / (2 * 8),
+    "04.7": 0.75,                                  # (1.5·1 + 0.8·0 + 0.8·0 + 1.5·1)/4
+    "04b.1": "grpo",                               # 1/(N·|o_i|): a token of the 8-token answer weighs 1/4 as much
+    "04b.2": "down",                               # ∂k3/∂log π_θ = 1 − e^(−0.5) > 0: descent lowers log π_θ                           # 1/(N·|o_i|)
     "05.1": 1.0,
     "05.2": (2 / 3) / (math.sqrt(4 / 15) + 1e-4),  # μ = 1/3, unbiased σ² = (2·4/9 + 4·1/9)/5 = 4/15
     "05.3": 0.97 ** 8 + 0.03 ** 8,
     "05.4": 0.8 ** 4 + 0.2 ** 4,
-    "05.5": -(0.75 / (0.5 + 1e-4)) / 8,             # −Â/(N·|o|), N = 8 with the dead group
+    "05.5": -(0.75 / (0.5 + 1e-4)) / 8,
+    "05.7": "temperature",                         # exercise_bank.MYSTERY_RUNS["05.7"] changes the temperature             # −Â/(N·|o|), N = 8 with the dead group
     "06.1": 30,                                    # k/(70 + k) = 0.3 → k = 0.3·70/0.7
     "06.2": 0.2308,                                # 30/130
     "06.3": [0.5, 1],                              # lowest Â (0.5), then the older round (1)
@@ -62,6 +71,7 @@ HAND_COMPUTED = {
     "07.2": [0.0, 0.0, 0.0, 0.0],
     "07.3": 7.5 / (5 + 1e-4),                      # μ = 2.5, unbiased σ = √((7.5² + 3·2.5²)/3) = 5
     "07.4": [0.8, 0.6],                            # 0.2·0 + 0.8·1; 0.2·1 + 0.8·0.5
+    "08.5": [9 / 40, 3 / 5],                       # 9 right samples of 40; prompts 1, 3 and 5 have one
     "09.1": 0.505,                                 # 0.45² + 0.55² = 0.2025 + 0.3025
     "09.2": 0.0101,                                # 0.45⁸ + 0.55⁸ = 0.00168 + 0.00837
     "09.3": 0.15,                                  # 0 + 0.25 · (0.6 − 0)
@@ -82,12 +92,13 @@ def test_exercise_solutions_match_hand_computed_answers(ex_id):
 
     expected = HAND_COMPUTED[ex_id]
     got = EXERCISES[ex_id].solution()
-    if isinstance(expected, list):
-        assert got == pytest.approx(expected, abs=1e-9)
+    if isinstance(expected, (list, str)):
+        assert got == (expected if isinstance(expected, str) else pytest.approx(expected, abs=1e-9))
     else:
         assert got == pytest.approx(expected, abs=1e-4)
     assert check(ex_id, expected) is True
-    wrong = [x + 1 for x in expected] if isinstance(expected, list) else expected + 0.5
+    wrong = ([x + 1 for x in expected] if isinstance(expected, list) else expected + "?" if isinstance(expected, str)
+             else expected + 0.5)
     assert check(ex_id, wrong) is False
 
 

@@ -405,6 +405,7 @@ def test_runs_panel_highlights_the_chosen_run():
     p.controls["run"].value = "a"
     assert p.outputs[1].rows[1]["value"] == 0.7
     assert [line.get_linewidth() for line in p.outputs[0].axes[0].get_lines()] == [1.8, 0.9]
+    assert p.outputs[0]._suptitle.get_text() == "2 runs side by side, 'a' in bold"   # a figure has a title
 
 
 def test_memory_bars_stack_every_part_to_the_tables_total():

@@ -45,6 +45,15 @@ class CodeExercise:
     """Absolute tolerance per element."""
 
 
+MYSTERY_RUNS = {"05.7": {"temperature": 0.5}}
+"""The runs a learner diagnoses from their panels: exercise id → the one setting changed from the lesson's baseline."""
+KNOBS = {"num_generations": "G", "learning_rate": "learning rate", "beta": "beta", "temperature": "temperature"}
+"""The names a learner may answer with, for the settings a mystery run can change."""
+
+PASS_FLAGS = [[0, 0, 1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0],
+              [0, 1, 0, 0, 0, 0, 0, 0]]
+"""Exercise 08.5's right/wrong flags: 5 prompts × 8 samples (lesson 08 prints the same table)."""
+
 EXERCISES: dict[str, Any] = {
     # lesson 00: watch GRPO learn
     "00.1": Exercise("A group of G = 8 answers to one prompt scored [0, 0, 1, 0, 0, 0, 0, 0]: one right, seven wrong. "
@@ -81,6 +90,14 @@ EXERCISES: dict[str, Any] = {
                      lambda: solve.trl_steps(600, 3),
                      "each grpo_edu step is one sampled batch, used for num_iterations optimizer updates; processes "
                      "and micro-batches split one update, they add none."),
+    "01.6": Exercise("3000 prompts, batch_size = 12, total_epochs = 5, total_training_steps = 600, and G = 16. "
+                     "Give [steps, completions generated in the whole run].",
+                     lambda: [solve.schedule(dataset_size=3000, batch_size=12, num_generations=16, total_epochs=5,
+                                             total_training_steps=600).total_steps,
+                              solve.schedule(dataset_size=3000, batch_size=12, num_generations=16, total_epochs=5,
+                                             total_training_steps=600).total_completions],
+                     "G does not change the number of steps (600, as in 01.2); each step generates batch_size × G "
+                     "completions."),
     # lesson 06: data replay
     "06.1": Exercise("A step has 70 new completions and replay_ratio = 0.3. How many replayed samples join them?",
                      lambda: solve.replay_count(70, 0.3),
@@ -105,7 +122,7 @@ EXERCISES: dict[str, Any] = {
                          "rank with a stable sort: np.argsort(-advantages, kind='stable')[:math.ceil(top_fraction * n)]; "
                          "then also require advantages > min_advantage."),
     # lesson 07: reward design
-    "07.1": Exercise("With the guide's weights (0.6 correctness, 0.2 brevity_reward(4), 0.2 format_reward(3)), what "
+    "07.1": Exercise("With the recipe's weights (0.6 correctness, 0.2 brevity_reward(4), 0.2 format_reward(3)), what "
                      "reward R does the answer '46' get for 12+34=?",
                      lambda: round(solve.composite({"correctness": 0.6, "brevity": 0.2, "format": 0.2}, ["46"])[0], 4),
                      "right (1), brevity 1 − 2/4, well formed (1): weigh and add."),
@@ -206,6 +223,15 @@ EXERCISES: dict[str, Any] = {
     "02.3": Exercise("Rewards [2, 0, 0, 0] with scale='none' (Dr. GRPO). Advantage of the first answer?",
                      lambda: solve.adv([2, 0, 0, 0], scale="none")[0],
                      "scale='none' only subtracts the group mean."),
+    "02.5": Exercise("Rewards [1, 1, 0, 0, 0] for G = 5, scale='group' (eps = 1e-4). What are the five advantages "
+                     "(a list)?",
+                     lambda: solve.adv([1, 1, 0, 0, 0]),
+                     "μ = 0.4; σ is the unbiased std: divide the summed squares by G − 1 = 4, then take the root; "
+                     "Â = (R − μ)/(σ + 1e-4)."),
+    "02.6": Exercise("For p = 0.5 the group mean μ of G right/wrong rewards has standard deviation √(p(1 − p)/G). "
+                     "How many answers G make it half its value at G = 4?",
+                     lambda: solve.group_size_halving_mu_std(0.5, 4),
+                     "the spread falls like 1/√G: halving it takes four times the answers."),
     "02.4": CodeExercise("Write my_policy_gradient(logits, answers, advantages): a softmax policy over V answers "
                          "(logits, shape (V,)), G sampled answers (integers) and their advantages; return the "
                          "gradient of the loss L = −(1/G) Σ_i Â_i · log π(answers_i) with respect to the logits, "
@@ -225,6 +251,14 @@ EXERCISES: dict[str, Any] = {
     "03.3": Exercise("p = 0.5, G = 2, batch_size = 4. Chance that the *whole step* is dead? (4 decimals)",
                      lambda: round(solve.dead(0.5, 2, 4), 4),
                      "each of the 4 groups must be dead independently: (p^G + (1 − p)^G)^B.", tolerance=1e-4),
+    "03.5": Exercise("A prompt is solved with p = 0.95. What is the smallest group size G that brings the chance of "
+                     "a dead group below 0.5?",
+                     lambda: next(g for g in range(2, 1000) if solve.dead(0.95, g) < 0.5),
+                     "P(dead) = p^G + (1 − p)^G; try G = 12, 13, 14, … until it drops below 0.5."),
+    "03.6": Exercise("A toy model has logits [2.0, 1.2, 0.3, 0.0, −0.5] over 5 answers; answer 1 is right. Sampled at "
+                     "temperature τ = 0.5 with G = 8, what is the chance that a group is dead? (4 decimals)",
+                     lambda: round(solve.dead(solve.softmax_at([2.0, 1.2, 0.3, 0.0, -0.5], 0.5)[1], 8), 4),
+                     "p = softmax(logits / τ)[1]; then P(dead) = p^G + (1 − p)^G."),
     "03.4": CodeExercise("Write my_zero_std_groups(rewards): rewards is a (B, G) numpy array; return B booleans, "
                          "True where all G rewards of the row are equal (a dead group).",
                          solve.zero_std_ref, solve.rewards_input,
@@ -237,6 +271,11 @@ EXERCISES: dict[str, Any] = {
     "04.2": Exercise("Clip-higher: ε_low = 0.2, ε_high = 0.28, Â = +2, r = 1.35. What is the token's objective?",
                      lambda: round(solve.objective(1.35, 2.0, epsilon=0.2, epsilon_high=0.28), 4),
                      "clip(1.35, 0.8, 1.28) = 1.28; min(1.35·2, 1.28·2).", tolerance=1e-4),
+    "04.7": Exercise("Four answers sampled from π_θold got rewards [1, 0, 0, 1]; an update made them r = [1.5, 0.8, "
+                     "0.8, 1.5] times as likely under π_θ. What is the importance-sampling estimate of π_θ's expected "
+                     "reward from these old samples?",
+                     lambda: solve.importance_estimate([1, 0, 0, 1], [1.5, 0.8, 0.8, 1.5]),
+                     "weight each sample's reward by its ratio r, then average: (1/n) Σ r_i R_i."),
     "04.3": Exercise("The policy gives a token probability 0.5, the reference model 0.25. "
                      "What is the k3 estimate of the KL for this token? (4 decimals)",
                      lambda: round(solve.k3(0.5, 0.25), 4),
@@ -245,6 +284,17 @@ EXERCISES: dict[str, Any] = {
                      "gradient weight of ONE token of the 8-token answer? (the short answer's tokens get 0.25)",
                      lambda: solve.token_weight((2, 8), "grpo", 1),
                      "'grpo' averages over each answer's own tokens, then over the N = 2 answers: 1/(N·|o_i|)."),
+    "04b.1": Exercise("A step holds a short wrong answer (2 tokens) and a long wrong answer (8 tokens) with the same Â. "
+                      "Under which loss_type does each token of the long answer get a smaller push than a token of "
+                      "the short one? One of 'grpo', 'bnpo', 'dapo', 'dr_grpo'.",
+                      lambda: solve.length_biased_loss_type((2, 8), ("grpo", "bnpo", "dapo", "dr_grpo")),
+                      "compare one token's weight in each answer: which loss_type divides each answer's loss by its "
+                      "own length |o_i|?"),
+    "04b.2": Exercise("π_θ has drifted above π_ref on a token: log π_θ − log π_ref = 0.5. With β = 0.04 and the k3 "
+                      "estimator in the loss, does the KL term push this token's log-probability 'up' or 'down'?",
+                      lambda: solve.kl_push(0.5, beta=0.04),
+                      "gradient descent moves log π_θ against ∂(β·k3)/∂log π_θ = β·(1 − π_ref/π_θ); its sign says "
+                      "which way the leash pulls."),
     "04.5": CodeExercise("Write my_clip_push(ratio, advantage, epsilon): ratio and advantage are numpy arrays, "
                          "one entry per token; return how hard the clipped objective min(r·Â, clip(r, 1 − ε, 1 + ε)·Â) "
                          "pushes each token's log-probability: its derivative with respect to log π_θ (which "
@@ -282,6 +332,11 @@ EXERCISES: dict[str, Any] = {
                      solve.live_token_gradient,
                      "−Â/(N·|o|): Â of the right answer is 0.75/(0.5 + 1e-4), N = 8 answers (the dead group counts "
                      "in N too), |o| = 1.", tolerance=1e-4),
+    "05.7": Exercise("An unknown 100-step run changed one setting of the baseline. From its six panels: which knob "
+                     "changed? One of 'G', 'learning rate', 'beta', 'temperature'.",
+                     lambda: KNOBS[next(iter(MYSTERY_RUNS["05.7"]))],
+                     "compare each panel with the baseline's: where does the reward start, and how many groups are "
+                     "dead from the first steps? Section 4's comparisons show each knob's signature."),
     "05.6": CodeExercise("Write my_sequence_logprob(token_logprobs, mask): (N, T) numpy arrays of the log-prob of "
                          "each completion token and the completion mask (1 up to and including <eos>); return the "
                          "N log-probabilities of the whole answers.",
@@ -304,6 +359,11 @@ EXERCISES: dict[str, Any] = {
                      solve.pass_at_k,
                      "evaluate(..., num_samples=8, seed=0); the samples come 8 per prompt, in order; "
                      "count the prompts with any right sample."),
+    "08.5": Exercise("A model answered 5 held-out prompts 8 times each; its right (1) / wrong (0) flags are "
+                     f"{PASS_FLAGS}. What are its pass@1 (the share of single samples that are right) and its pass@8 "
+                     "(the share of prompts with at least one right sample)? Answer [pass@1, pass@8].",
+                     lambda: solve.pass_at_1_and_k(PASS_FLAGS, 8),
+                     "pass@1: right samples ÷ all samples; pass@8: prompts with any right sample ÷ prompts."),
     # lesson 11: long answers
     "11.1": Exercise("Two wrong answers (Â = −1 each), one of 5 tokens and one of 40, under loss_type='grpo'. How "
                      "many times harder is each token of the short one pushed down than each token of the long one?",

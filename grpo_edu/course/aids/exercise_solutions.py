@@ -28,6 +28,29 @@ def loop_stages():
     return list(LOOP_STAGES)
 
 
+def group_size_halving_mu_std(p, G0):
+    """The smallest G at which the spread of the group mean, √(p(1 − p)/G), is half its value at G0."""
+    from grpo_edu.core.policy_gradient import advantage_distribution
+
+    target = advantage_distribution(p, G0)[1]["mu_std"] / 2
+    return next(g for g in range(G0, 64 * G0) if advantage_distribution(p, g)[1]["mu_std"] <= target + 1e-12)
+
+
+def softmax_at(logits, temperature):
+    """The probabilities of a softmax policy sampled at ``temperature``: softmax(logits / τ)."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    e = np.exp(z - z.max())
+    return (e / e.sum()).tolist()
+
+
+def importance_estimate(rewards, ratios):
+    """E_{π_θ}[R] from answers sampled from π_θold whose ratios r = π_θ/π_θold are ``ratios``."""
+    from grpo_edu.core.policy_gradient import importance_weighted_mean
+
+    logprobs = np.log(np.asarray(ratios, dtype=np.float64))
+    return importance_weighted_mean(np.asarray(rewards, dtype=np.float64), logprobs, np.zeros_like(logprobs))[0]
+
+
 def dead(p, G, B=1):
     from grpo_edu.core.advantages import dead_group_probability
 
@@ -70,6 +93,26 @@ def token_weight(lengths, loss_type, answer):
     loss, _ = grpo_loss(logprobs, logprobs.detach(), torch.ones(len(lengths)), mask, loss_type=loss_type)
     loss.backward()
     return -logprobs.grad[answer, 0].item()
+
+
+def length_biased_loss_type(lengths, loss_types):
+    """The one loss_type whose per-token weight is smaller in the longest answer than in the shortest."""
+    short, long_ = lengths.index(min(lengths)), lengths.index(max(lengths))
+    found = [t for t in loss_types if token_weight(lengths, t, long_) < token_weight(lengths, t, short) - 1e-12]
+    if len(found) != 1:
+        raise AssertionError(f"expected one length-biased loss_type among {loss_types}, found {found}")
+    return found[0]
+
+
+def kl_push(log_ratio, *, beta):
+    """'up' or 'down': which way one gradient-descent step on β·k3 moves log π_θ when log π_θ − log π_ref = log_ratio."""
+    import torch
+
+    from grpo_edu.core.kl import kl_estimate
+
+    logprob = torch.tensor(float(log_ratio), dtype=torch.float64, requires_grad=True)
+    (beta * kl_estimate(logprob, torch.tensor(0.0, dtype=torch.float64), kind="k3")).backward()
+    return "down" if logprob.grad.item() > 0 else "up"
 
 
 def on_policy_ratio():
@@ -301,6 +344,15 @@ def push_off_policy(ratio, advantage, variants):
 
     return [float(token_push(np.array([advantage]), np.ones((1, 1)), ratio=np.array([[ratio]]), **settings)[0][0, 0])
             for settings in variants]
+
+
+def pass_at_1_and_k(flags, k):
+    """[pass@1, pass@k] of right/wrong flags, one row of n samples per prompt: the library's unbiased estimator."""
+    from grpo_edu.training.task.evaluation import pass_at_k as estimate
+
+    rows = [[bool(f) for f in row] for row in flags]
+    return [float(np.mean([estimate(len(r), sum(r), 1)[0] for r in rows])),
+            float(np.mean([estimate(len(r), sum(r), k)[0] for r in rows]))]
 
 
 def pass_at_k_ref(n, c, k):

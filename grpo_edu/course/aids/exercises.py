@@ -7,8 +7,9 @@ in by hand, so the exercises stay true to the code. Three kinds:
 * ``CodeExercise``: you write a function; ``check("02.4", my_function)`` runs it on seeded
   random inputs and compares every output with the library function it re-creates.
 * ``Prediction``: you write a guess *before* running an experiment; ``reveal("02.P1", guess,
-  measured)`` then prints the measured value beside your guess. Without a guess it shows
-  nothing, so the lesson cannot give the answer away.
+  measured)`` then prints the measured value beside your guess, and the prediction's explanation (``why``)
+  after it. Without a guess it shows nothing, so the lesson cannot give the answer away; a prediction
+  that has a ``why`` then shows the answer after a note, so "Run all" leaves nothing out.
 
 In a notebook, an exercise cell ends with ``ok = check(...)``: the assignment keeps the returned
 True/False from being echoed under the cell (a trailing ``;`` would not do it under nbval,
@@ -23,7 +24,7 @@ import math
 
 import numpy as np
 
-from grpo_edu.course.aids.exercise_bank import EXERCISES, PREDICTIONS, CodeExercise
+from grpo_edu.course.aids.exercise_bank import EXERCISES, MYSTERY_RUNS, PREDICTIONS, CodeExercise
 
 
 def show(exercise_id):
@@ -117,6 +118,11 @@ def reveal(prediction_id, guess, measured, *, show=None):
     if guess is None or guess is Ellipsis:
         print(f"Prediction {prediction_id}: no guess yet. {pred.question}\n"
               "Write your guess in `guess` in the cell above, run that cell, then run this one again.")
+        if pred.why:                                  # "Run all": the answer, after a note, so nothing is lost
+            shown = f"{float(measured):.4g}" if not pred.choices else repr(measured)
+            print(f"(This cell ran without a guess, as \"Run all\" does; the answer follows. On a first pass, "
+                  f"guess before you read it.)\nThe experiment gives {shown}.\nWhy: {pred.why}")
+            _display(show)
         return
     if pred.choices:
         answer = str(guess).strip().lower()
@@ -138,10 +144,24 @@ def reveal(prediction_id, guess, measured, *, show=None):
                    else "❌ Off: read on to see why.")
         print(f"Prediction {prediction_id}: you guessed {value:.4g}; "
               f"the experiment gives {float(measured):.4g}. {verdict}")
+    if pred.why:
+        print(f"Why: {pred.why}")
+    _display(show)
+
+
+def _display(show):
     if show is not None:
         from IPython.display import display
 
         display(show)
+
+
+def mystery_settings(exercise_id):
+    """The settings of an unknown run a learner diagnoses (``run(**mystery_settings("05.7"))``): a new dict."""
+    if exercise_id not in MYSTERY_RUNS:
+        known = ", ".join(sorted(MYSTERY_RUNS))
+        raise ValueError(f"exercise_id: {exercise_id!r} has no unknown run. Fix: use one of {known}.")
+    return dict(MYSTERY_RUNS[exercise_id])
 
 
 def _get(exercise_id):

@@ -12,6 +12,9 @@ class Prediction:
     """Numeric guesses: how far from the measured value still counts as right."""
     choices: tuple[str, ...] = ()
     """Choice guesses: the allowed answers (compared case-insensitively)."""
+    why: str = ""
+    """The explanation, printed by ``reveal`` only after the measured answer, so no cell before the guess
+    gives it away. A prediction with one also answers a ``reveal`` run without a guess ("Run all"), with a note."""
 
 
 CLINIC_MENU = ("reward_collapse", "reward_always_zero", "no_reward_signal", "few_live_groups", "no_progress",
@@ -26,27 +29,59 @@ PREDICTIONS: dict[str, Prediction] = {
     "00.P3": Prediction("Read it off your run's entropy panel (top right): from the first steps to the last, did the entropy per "
                         "token 'rise' or 'fall'?", choices=("rise", "fall")),
     "01.P1": Prediction("2000 prompts, batch_size = 8 (twice the worked example's), G = 8, total_training_steps "
-                        "= 1000. How many epochs does the run make?", tolerance=1e-9),
+                        "= 1000. How many epochs does the run make?", tolerance=1e-9,
+                        why="with 8 prompts per step an epoch is 2000 ÷ 8 = 250 steps, so the same 1000 steps make 4 "
+                            "epochs: twice the passes over the data, because each step uses twice the prompts. The "
+                            "step count was fixed by total_training_steps; the epoch count followed from it."),
     "02.P1": Prediction("A group of G = 16 with exactly one right answer: rewards [1, 0, 0, …, 0]. What advantage Â "
-                        "does the right answer get?", tolerance=0.25),
+                        "does the right answer get?", tolerance=0.25,
+                        why="μ = 1/16, and the unbiased σ is exactly 0.25, so Â = (15/16)/0.25 = 3.75 (3.7485 with "
+                            "eps). A lone right answer in a group of G gets (G − 1)/√G: 1.5 at G = 4, 2.47 at G = 8, "
+                            "3.75 at G = 16. That is also the largest |Â| any group of G can produce (lesson 03 shows "
+                            "why), and it is how a larger group rewards a rare success more."),
     "03.P1": Prediction("Rewards [1, 1, 1, 0.99], scale='group'. What advantage does the 0.99 answer get?",
-                        tolerance=0.2),
+                        tolerance=0.2,
+                        why="almost −1.5, the same as a wrong answer in [1, 1, 1, 0]: what a tiny σ does is amplify "
+                            "tiny differences. Dividing by σ rescales every group to the same spread, however small "
+                            "its differences were. Only when σ shrinks to the size of eps = 1e-4 does eps start to "
+                            "hold the advantages back."),
     "03.P2": Prediction("A step has 4 live groups. Add 12 dead groups to the same step (loss_type='grpo'). The "
                         "gradient coming from the 4 live groups becomes what fraction of what it was?",
-                        tolerance=0.05),
+                        tolerance=0.05,
+                        why="a quarter. The loss averages over all the answers of the step: 16 groups instead of 4, so "
+                            "each live answer's share of the average, and so its push, is 4/16 of what it was. The "
+                            "dead groups add nothing to the sum and four times as much to the count."),
     "04.P1": Prediction("Â = −1, ε = 0.2, and an update has moved the token the wrong way: r = 1.5, above "
                         "1 + ε. Is the gradient of this token's loss 'zero' (clipped) or 'not zero'?",
-                        choices=("zero", "not zero")),
+                        choices=("zero", "not zero"),
+                        why="not zero. For Â < 0 the objective is min(r·Â, clip(r)·Â) = min(−1.5, −1.2) = −1.5: the "
+                            "min keeps the unclipped, worse value, whose gradient pushes the token back down "
+                            "(∂loss/∂log π = −r·Â = +1.5). The same holds mirrored for Â > 0 and r below 1 − ε. The "
+                            "ratio clip is one-sided: it only cuts off the side the advantage wants to go, so it stops "
+                            "an update from going too far in the right direction, never from undoing a step in the "
+                            "wrong one. clip_fraction does not count such a token, since the clip does not bind "
+                            "there; and the push grows with r without limit."),
     "05.P1": Prediction("Run the baseline again with G = 2 instead of 8 (16 prompts per step, as before). What "
-                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15),
+                        "share of the groups will be dead, on average over steps 51–100?", tolerance=0.15,
+                        why="with G = 2 about half of the groups are dead almost from the start (p² + (1 − p)² at "
+                            "p ≈ 0.5), and more as the model improves, since a pair of answers agrees whenever both "
+                            "are right or both wrong."),
     "06.P1": Prediction("Phase B at lr 1e-3 makes addition collapse without replay. With 30 % of each step replayed "
                         "from addition's notebook, what will addition's held-out accuracy be at the end of phase B "
                         "(0–1)? It was about 0.77 before phase B.", tolerance=0.1),
     "07.P1": Prediction("Train 100 steps with 0.2 × correctness + 0.8 × brevity. Held-out accuracy starts near 0.5. "
-                        "What will it be after the run (0–1)?", tolerance=0.1),
+                        "What will it be after the run (0–1)?", tolerance=0.1,
+                        why="about 0. An empty answer earns 0.8 of brevity and a right two-digit answer only "
+                            "0.2 + 0.4 = 0.6, so the reward prefers saying nothing: the model learns to stop at once, "
+                            "its reward climbs while it unlearns addition. That is reward hacking, and only a "
+                            "measurement the reward cannot touch, here held-out accuracy, shows it."),
     "08.P1": Prediction("After the full run, sampled accuracy (pass@1) roughly doubles. What will greedy accuracy "
                         "do: 'rise by more than 4 points', 'stay within 4 points' or 'fall by more than 4 points'?",
-                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points")),
+                        choices=("rise by more than 4 points", "stay within 4 points", "fall by more than 4 points"),
+                        why="greedy accuracy was near 1 before training (the table of section 2): GRPO did not teach "
+                            "this model many sums it could not already do. It taught it to bet on the answer it already "
+                            "rated highest, so a single sampled answer is now right nearly as often as the greedy "
+                            "answer was before. That is sharpening: pass@1 rises, greedy and pass@8 hardly move."),
     "15.P1": Prediction("tiny-calc calls the calculator in about half its answers, and is right about 93 % of the time "
                         "with a call and 4 % without. After 20 GRPO steps rewarding only the right answer, what share "
                         "of its answers will call the calculator (0–1)?", tolerance=0.1),
@@ -60,7 +95,11 @@ PREDICTIONS: dict[str, Prediction] = {
     "04.P2": Prediction("Put k1 = log π_θ − log π_ref in the loss. Averaged over tokens sampled from π_θ, is "
                         "its gradient 'zero', 'the KL gradient' (the gradient of KL(π_θ ‖ π_ref)) or "
                         "'something else'?",
-                        choices=("zero", "the kl gradient", "something else")),
+                        choices=("zero", "the kl gradient", "something else"),
+                        why="zero: an estimator whose value is unbiased need not have a gradient that points where the "
+                            "KL's gradient points. ∇k1(x) = ∇log π_θ(x), and the average of ∇log π_θ over tokens drawn "
+                            "from π_θ is Σ_x π_θ(x)∇log π_θ(x) = Σ_x ∇π_θ(x) = ∇1 = 0: the same identity that made "
+                            "lesson 02's baseline harmless. As a loss term k1 adds only noise."),
     "10.P1": Prediction("The same 60-step run in grpo_edu and in TRL (exported settings, same model, prompts and "
                         "seed). Their held-out accuracies at the end will be: 'within 6 points', 'TRL ahead by "
                         "more' or 'grpo_edu ahead by more'?",

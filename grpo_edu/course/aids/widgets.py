@@ -309,6 +309,8 @@ def runs_panel(histories, evals, metrics=("reward_mean", "heldout_accuracy", "co
         rows = {"held-out accuracy, start": e[0]["accuracy"], "held-out accuracy, end": e[-1]["accuracy"],
                 "mean reward, first 10 steps": sum(m["reward_mean"] for m in histories[run][:10]) / 10,
                 "mean reward, last 10 steps": sum(m["reward_mean"] for m in histories[run][-10:]) / 10}
-        return [viz.compare_runs(histories, metrics, evals=evals, highlight=run), viz.Table(rows, title=run, digits=3)]
+        return [viz.compare_runs(histories, metrics, evals=evals, highlight=run,
+                                 title=f"{len(labels)} runs side by side, {run!r} in bold"),
+                viz.Table(rows, title=run, digits=3)]
 
     return Panel("RunsPanel", controls, compute)
