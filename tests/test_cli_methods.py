@@ -89,13 +89,39 @@ def test_unchanged_reason_reads_the_gradient_norms():
     assert unchanged_reason([]) is None
 
 
-def test_a_run_whose_every_update_was_zero_ends_with_an_error_not_success(capsys):
-    # subtraction on the adder: every answer wrong, every group's σ = 0, β's KL starts at 0: no gradient at all
+def test_a_run_whose_every_update_was_zero_warns_with_the_fix_and_succeeds(capsys):
+    # subtraction on the adder: every answer wrong, every group's σ = 0, β's KL starts at 0: no gradient at all.
+    # The run did what it was asked (its model is saved): a warning with the fix, exit status 0
     code = main(["train", "--task", "subtraction", *TINY, "--batch-size", "2", "--num-generations", "2",
                  "--total-training-steps", "2", "--output-dir", "run"])
     captured = capsys.readouterr()
-    assert code == 1
-    assert "error: nothing was trained: the gradient was 0 at every one of the 2 steps" in captured.err
+    assert code == 0
+    assert "warning: nothing was trained: the gradient was 0 at every one of the 2 steps" in captured.err
+    assert "Fix: the model scored 0 on every answer: train on prompts it sometimes gets right" in captured.err
+    assert "(--num-generations, now 2)" in captured.err
+
+
+def test_a_run_whose_every_gradient_was_infinite_still_ends_with_an_error(capsys, monkeypatch):
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
+
+    real = GRPOTrainer.train
+
+    def overflowing(self, *args, **kwargs):
+        history = real(self, *args, **kwargs)
+        for row in history:
+            row["grad_norm"] = float("inf")
+        return history
+    monkeypatch.setattr(GRPOTrainer, "train", overflowing)
+    assert main(["train", *TINY, "--total-training-steps", "1", "--output-dir", "run"]) == 1
+    assert "error: nothing was trained: the gradient norm was ∞ or NaN" in capsys.readouterr().err
+
+
+def test_the_fix_for_a_run_without_signal_follows_its_rewards():
+    from grpo_edu.training.trainers.trainer import no_signal_fix
+
+    assert no_signal_fix([{"reward_mean": 0.0}] * 2, 4).startswith("the model scored 0 on every answer")
+    assert no_signal_fix([{"reward_mean": 1.0}, {"reward_mean": 0.0}], 4).startswith(
+        "draw more answers per prompt (--num-generations, now 4)")
 
 
 # --- the method is part of the run -------------------------------------------------------------------------------

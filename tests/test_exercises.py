@@ -81,6 +81,7 @@ CORRECT = {
                                                   + 2 * D * V for p in range(c + 1, c + n + 1)),
     "15.1": lambda ids, end, lens: _tool_mask_by_hand(ids.tolist(), end, lens.tolist()),
     "17b.1": lambda prompt, completion: _step_labels_by_hand(prompt, completion),
+    "16.1": lambda ids, end: [[int(end not in row[:t]) for t in range(len(row))] for row in ids.tolist()],
 }
 
 
@@ -158,6 +159,10 @@ WRONG = {
     "17b.1": [lambda prompt, completion: _step_labels_by_truth(prompt, completion),       # the true running sum
               lambda prompt, completion: [int(eval_free_sum(s)) for s in completion.split("#")[0].split(";") if s]
               + [1]],                                                                     # arithmetic only
+    "16.1": [lambda ids, end: (ids != end).astype(int),                                  # the padding mask, pad = eos
+             lambda ids, end: (np.cumsum(ids == end, axis=1) == 0).astype(int),          # the end token left out
+             lambda ids, end: (np.cumsum((ids == end)[:, ::-1], axis=1)[:, ::-1] > 0)     # up to the LAST end
+             | ~(ids == end).any(axis=1, keepdims=True)],
 }
 
 

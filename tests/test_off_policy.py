@@ -141,3 +141,30 @@ def test_bad_names_and_shapes_are_refused():
         no_correction(lp, lp, torch.zeros(2, 2), torch.ones(2, 3))
     with pytest.raises(ValueError, match="logprobs: must be a"):
         decoupled(torch.zeros(3), torch.zeros(3), torch.zeros(3), torch.ones(3))
+
+
+@pytest.mark.parametrize("name", sorted(CORRECTIONS))
+@pytest.mark.parametrize("bad", [float("-inf"), float("inf"), float("nan")])
+def test_non_finite_behaviour_logprobs_at_masked_positions_leave_the_loss_finite(name, bad):
+    # a padded position (mask 0) may hold anything: −inf from a masked softmax, NaN from a sampler's padding
+    torch.manual_seed(0)
+    lp = torch.randn(3, 4).requires_grad_()
+    prox = lp.detach() + 0.01
+    behav = prox - 0.05
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
+    clean, _ = off_policy_loss(name, lp, prox, behav, torch.tensor([1.0, -1.0, 0.5]), mask)
+    behav_bad = behav.masked_fill(mask == 0, bad)
+    loss, info = off_policy_loss(name, lp, prox, behav_bad, torch.tensor([1.0, -1.0, 0.5]), mask)
+    assert torch.isfinite(loss) and loss.item() == pytest.approx(clean.item(), abs=1e-6)
+    assert math.isfinite(info["log_ratio_std"]) and math.isfinite(info["kl_behaviour"])
+    loss.backward()
+    assert torch.isfinite(lp.grad).all()
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), float("nan")])
+def test_non_finite_behaviour_logprobs_on_active_tokens_are_refused_by_name(bad):
+    lp = torch.zeros(2, 3)
+    behav = torch.full((2, 3), -1.0)
+    behav[1, 1] = bad
+    with pytest.raises(ValueError, match=r"^behaviour_logprobs: is NaN or ±inf at 1 active token\(s\).*\(1, 1\)"):
+        correct("token_tis", lp, lp, behav, torch.ones(2, 3))

@@ -16,23 +16,33 @@ def test_bare_questions_are_the_words_task_without_its_turns():
     assert bare.is_correct("<think>3+4=7</think><answer>7</answer>", "7")
 
 
-def test_the_pad_is_eos_trainer_takes_every_end_token_out_of_the_loss_only(monkeypatch):
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_the_pad_is_eos_trainer_takes_every_end_token_out_of_the_loss_only(monkeypatch, mask_truncated):
     """One sampled step of the sick trainer: the rollout its update gets covers no <|im_end|> (the right mask
-    covers each ended answer's one), while the rollout the step logs keeps the true mask."""
+    covers each ended answer's one), while the rollout the step logs keeps the true mask. With ``mask_truncated``
+    the answers cut at the cap leave the loss too, and the ended ones keep every token but their end (a first
+    version read the cut answers off the end-less mask, so every answer left the loss and nothing trained)."""
+    from grpo_edu.training.rollouts.rollout import finished
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.trainer import GRPOTrainer
 
-    config = GRPOConfig.preset("words", batch_size=2, num_generations=4, total_training_steps=1, eval_size=0)
-    sick = text_clinic._end_masked_out_trainer()(config)
+    config = GRPOConfig.preset("words", batch_size=2, num_generations=8, total_training_steps=1, eval_size=0)
+    sick = text_clinic._end_masked_out_trainer(mask_truncated=mask_truncated)(config)
     rollout = sick._sample([r["prompt"] for r in sick.batch_for(1)])
     seen = []
     monkeypatch.setattr(GRPOTrainer, "_update", lambda self, r, advantages, ref: seen.append(r))
-    sick._update(rollout, torch.zeros(8), None)
+    sick._update(rollout, torch.zeros(16), None)
     end = sick.tokenizer.eos_token_id
     is_end = (rollout.completion_ids == end).long()
+    ended = finished(rollout, end)
+    assert ended.any() and not ended.all()                       # both kinds in the batch
     assert int(is_end.sum()) > 0 and int((rollout.completion_mask * is_end).sum()) == int(is_end.sum())
     assert int((seen[0].completion_mask * is_end).sum()) == 0
-    assert torch.equal(seen[0].completion_mask + (rollout.completion_mask * is_end), rollout.completion_mask)
+    kept = rollout.completion_mask - rollout.completion_mask * is_end
+    if mask_truncated:
+        kept = kept * ended.unsqueeze(1)
+    assert torch.equal(seen[0].completion_mask, kept)
+    assert int(seen[0].completion_mask[ended].sum()) > 0
 
 
 def test_bad_names_are_refused_before_any_run(tmp_path):
@@ -41,7 +51,8 @@ def test_bad_names_are_refused_before_any_run(tmp_path):
     with pytest.raises(ValueError, match="holds no stored runs"):
         text_clinic.stored(tmp_path)
     (tmp_path / "x.json").write_text("{}")
-    assert text_clinic.main(["--case", "healthy", "--json", str(tmp_path / "x.json")]) == 2
+    with pytest.raises(SystemExit):                        # an existing --json is refused (argparse, status 2)
+        text_clinic.main(["--case", "healthy", "--json", str(tmp_path / "x.json")])
 
 
 def test_the_stored_runs_carry_their_commands_and_the_cases_they_show():

@@ -262,7 +262,7 @@ def child_floor(t0, steps, warmup):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_edu.training.model.models import no_hub_kernels
+    from grpo_edu.training.model.models import load_kwargs
     from grpo_edu.training.rollouts.rollout import _cache_name
     from grpo_edu.training.task.tasks import get_task
 
@@ -270,8 +270,8 @@ def child_floor(t0, steps, warmup):
     settings = workload["settings"]
     path = _model_dir(workload)
     tok = AutoTokenizer.from_pretrained(path)
-    policy = AutoModelForCausalLM.from_pretrained(path, **no_hub_kernels())      # PyTorch's own layers, as the
-    ref = AutoModelForCausalLM.from_pretrained(path, **no_hub_kernels()).eval().requires_grad_(False)  # trainer's
+    policy = AutoModelForCausalLM.from_pretrained(path, **load_kwargs())      # PyTorch's own layers, as the
+    ref = AutoModelForCausalLM.from_pretrained(path, **load_kwargs()).eval().requires_grad_(False)  # trainer's
     # the same tiny learning rate as the others: a full update's arithmetic, constant work per step
     opt = torch.optim.AdamW(policy.parameters(), lr=settings["learning_rate"], betas=(0.9, 0.99), foreach=True)
     rows = get_task(workload["task"]).split("train")

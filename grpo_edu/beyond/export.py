@@ -388,20 +388,25 @@ def trl_dataset_rows(task, rows):
     the text. ``answer`` stays a column, which TRL hands the reward functions as a keyword of that name."""
     from grpo_edu.training.model.chat_tokenizer import is_chat_task
 
-    if is_chat_task(task):
-        return [{"prompt": task.messages(r["prompt"]), "answer": r["answer"]} for r in rows]
-    return [{"prompt": r["prompt"], "answer": r["answer"]} if "answer" in r else {"prompt": r["prompt"]} for r in rows]
+    chat = is_chat_task(task)
+    return [{"prompt": task.messages(r["prompt"]) if chat else r["prompt"],
+             **({"answer": r["answer"]} if "answer" in r else {})} for r in rows]     # a row without one: no column
 
 
-def write_trl_dataset(task, rows, path):
+def write_trl_dataset(task, rows, path, *, overwrite=False):
     """:func:`trl_dataset_rows` as a JSON-lines file (``datasets.load_dataset("json", data_files=path)`` reads
-    it back); returns the number of rows written."""
+    it back); returns the number of rows written. An existing file is refused unless ``overwrite`` (then it is
+    replaced whole or not at all)."""
     import json
 
+    from grpo_edu.common import _checks
+
+    problem = _checks.output_file_problem(path, overwrite=overwrite, flag="overwrite=True")
+    if problem:
+        _checks.fail("path", *problem)
     out = trl_dataset_rows(task, rows)
-    with open(path, "w", encoding="utf-8") as f:
-        for row in out:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in out)
+    _checks.write_result_file(path, text, overwrite=overwrite)
     return len(out)
 
 

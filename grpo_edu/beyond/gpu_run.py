@@ -276,9 +276,12 @@ def decode_settings(parser, args):
         parser.error("--buckets and --finished shape the static cache, which is off. Fix: add --static-cache "
                      "(or --cuda-graphs)")
     buckets = parse_buckets(parser, args.buckets) if args.buckets is not None else static_cache.BUCKETS
-    return static_cache.DecodeSettings(static_cache=args.static_cache or args.cuda_graphs,
-                                       cuda_graphs=args.cuda_graphs, buckets=buckets,
-                                       finished=args.finished or "mask")
+    try:
+        return static_cache.DecodeSettings(static_cache=args.static_cache or args.cuda_graphs,
+                                           cuda_graphs=args.cuda_graphs, buckets=buckets,
+                                           finished=args.finished or "mask")
+    except ValueError as err:                    # e.g. a bucket too large to allocate: named as the flag typed
+        parser.error(f"--{str(err).rstrip('.')}")
 
 
 def describe(decoding, device):

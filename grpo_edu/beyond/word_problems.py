@@ -62,14 +62,14 @@ def chat_prompts(tokenizer, rows, *, system=SYSTEM_PROMPT):
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("tokenizer: it has no chat_template. Fix: use a chat (instruct) model, or set "
                          "tokenizer.chat_template to the model's template.")
-    out = []
+    from grpo_edu.training.model.chat_tokenizer import render_chat
+
     for i, row in enumerate(rows):
         if "question" not in row or "answer" not in row:
             raise ValueError(f"rows: row {i} lacks 'question' or 'answer'. Fix: give every row both.")
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": row["question"]}]
-        out.append({"prompt": tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                    "answer": str(row["answer"])})
-    return out
+    texts = render_chat(tokenizer, [[{"role": "system", "content": system}, {"role": "user", "content": row["question"]}]
+                                    for row in rows], add_generation_prompt=True)      # bounded in time and size
+    return [{"prompt": text, "answer": str(row["answer"])} for row, text in zip(rows, texts)]
 
 
 # --- the GPU section's run, and its CPU rehearsal --------------------------------------------

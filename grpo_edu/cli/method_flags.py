@@ -23,6 +23,22 @@ USED_BY = {"gamma": ("ppo",), "lam": ("ppo",), "whiten_advantages": ("ppo",), "c
 """The methods each FamilyConfig field acts in; a field not listed acts in every method but GRPO's own two."""
 NO_KL = ("rft", "dpo", "dpo_offline")
 """Methods without GRPO's KL term (``METHODS`` sets their β to 0)."""
+_GRADIENT = ("grpo", "reinforce", "reinforce_dr_grpo")
+_SURROGATE = (*_GRADIENT, "ppo")
+CONFIG_USED_BY = {
+    "advantage_estimator": ("grpo",), "scale": ("grpo",),
+    "loss_type": ("grpo", "reinforce", "ppo"),
+    **dict.fromkeys(("epsilon", "epsilon_high", "importance_sampling_level", "sapo_temperature_pos",
+                     "sapo_temperature_neg", "entropy_coef", "mask_truncated_completions"), _SURROGATE),
+    **dict.fromkeys(("dynamic_sampling", "max_sampling_rounds", "replay_ratio", "replay_capacity", "replay_path",
+                     "replay_top_fraction", "replay_min_advantage", "replay_min_reward", "replay_refresh_every",
+                     "replay_max_age", "replay_refresh_keep_advantage"), _GRADIENT),
+}
+"""GRPOConfig fields that only some methods read → those methods. The advantage (Â and its σ scale) is GRPO's
+own (reinforce and the controls set their estimator and loss type themselves; PPO's Â is GAE's); the clipped
+surrogate's settings act in the methods that take its step (rft's step is supervised, DPO's its own loss);
+replay and dynamic sampling live in GRPOTrainer's step, which ppo, rft and dpo replace. Any other field
+acts in every method."""
 
 
 def flag_of(field):
@@ -85,7 +101,8 @@ def method_and_settings(args, default_beta):
 
     A resumed run without ``--method`` takes its checkpoint's method, and its settings where no flag is given."""
     from grpo_edu.common import _checks
-    from grpo_edu.training.trainers.family import FamilyConfig
+    from grpo_edu.training.trainers.family import METHODS, FamilyConfig
+    from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     given = given_settings(args)
     method, stored = args.method, {}
@@ -94,6 +111,7 @@ def method_and_settings(args, default_beta):
         method = method or recorded
         stored = settings if method == recorded else {}   # another method: the trainer refuses, naming both
     method = method or "grpo"
+    _refuse_unused_config(args, method)
     for field in given:
         if method not in _used_by(field):
             _checks.fail(flag_of(field), f"sets {', '.join(_used_by(field))}'s "
@@ -102,7 +120,7 @@ def method_and_settings(args, default_beta):
     if method in NO_KL and args.beta not in (0.0, default_beta):
         _checks.fail("--beta", f"is GRPO's KL weight β, and --method {method} has no KL term (its β is set to 0)",
                      "leave --beta out" + ("; DPO's own β is --dpo-beta" if method.startswith("dpo") else ""))
-    if method in ("grpo", "reinforce"):
+    if METHODS[method][0] is GRPOTrainer:            # grpo, reinforce and the controls: GRPOConfig's settings only
         return method, None
     known = {f.name for f in dataclasses.fields(FamilyConfig)}
     try:
@@ -110,3 +128,18 @@ def method_and_settings(args, default_beta):
     except ValueError as err:                          # FamilyConfig names its field; the user typed the flag
         field, _, rest = str(err).partition(": ")
         raise ValueError(f"{flag_of(field)}: {rest}" if field in known else str(err)) from None
+
+
+def _refuse_unused_config(args, method):
+    """Refuse a GRPOConfig flag ``method`` would ignore (:data:`CONFIG_USED_BY`): given means other than its
+    default (the preset's, where one applies), since a flag passed with its default value changes nothing."""
+    from grpo_edu.common import _checks
+    from grpo_edu.training.trainers.config import PRESETS, TASK_PRESETS, GRPOConfig
+
+    preset = PRESETS.get(args.preset or TASK_PRESETS.get(args.task), {})
+    defaults = {f.name: preset.get(f.name, f.default) for f in dataclasses.fields(GRPOConfig)}
+    for field, used_by in CONFIG_USED_BY.items():
+        if method not in used_by and getattr(args, field, defaults[field]) != defaults[field]:
+            flag = "--" + field.replace("_", "-")
+            _checks.fail(flag, f"acts in {', '.join(used_by)} only, and --method {method} would ignore it",
+                         f"leave {flag} out, or pass --method {used_by[0]}")

@@ -145,7 +145,7 @@ def cmd_train(args):
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.family import make_trainer
     from grpo_edu.training.task.tasks import get_task
-    from grpo_edu.training.trainers.trainer import unchanged_reason
+    from grpo_edu.training.trainers.trainer import no_signal_fix, unchanged_reason
 
     t_start = time.perf_counter()
     if args.resume and args.overwrite:
@@ -184,7 +184,10 @@ def cmd_train(args):
         tqdm.write(f"held-out accuracy {when}: {record['accuracy']:.1%} "
                    f"(sampling at temperature 1, {len(trainer.eval_rows)} prompts)")
 
-    trainer = make_trainer(method, config, family=family, eval_callbacks=[show_eval], tool=tool)
+    if getattr(args, "two_process", False) or config.policy_lag or getattr(args, "free_running", False):
+        trainer = _two_process_trainer(args, method, family, tool, config, show_eval)
+    else:
+        trainer = make_trainer(method, config, family=family, eval_callbacks=[show_eval], tool=tool)
     metrics_file = (MetricsFile(args.metrics_out, trainer, replace=bool(args.resume or args.overwrite))
                     if args.metrics_out else None)
     if metrics_file:
@@ -215,11 +218,30 @@ def cmd_train(args):
               f"grpo-edu eval --model {out}")
     print(f"wall time {time.perf_counter() - t_start:.1f} s")
     unchanged = unchanged_reason(history) if trainer.config.max_grad_norm > 0 else None
-    if unchanged:                                   # a run that trained nothing does not end as a success
+    if unchanged and all(row["grad_norm"] == 0 for row in history):   # σ = 0 everywhere: the task gave nothing
+        print(f"grpo-edu train: warning: nothing was trained: {unchanged}. Fix: "
+              f"{no_signal_fix(history, trainer.config.num_generations)}", file=sys.stderr)
+    elif unchanged:                                 # ∞ or NaN gradients: a broken run does not end as a success
         print(f"grpo-edu train: error: nothing was trained: {unchanged}. Fix: check the run's settings against "
               "grpo-edu train --help, and its metrics (grad_norm) with grpo-edu diagnose", file=sys.stderr)
         return 1
     return 0
+
+
+def _two_process_trainer(args, method, family, tool, config, show_eval):
+    """``--two-process``: lesson 18's TwoProcessGRPOTrainer, the sampler in its own process (``--policy-lag`` K
+    updates behind, or ``--free-running`` up to ``--max-staleness``)."""
+    if not getattr(args, "two_process", False):
+        flag = "--free-running" if getattr(args, "free_running", False) else "--policy-lag"
+        _fail(flag, "needs a sampler apart from the trainer", "add --two-process (the sampler in its own process)"
+              + ("" if flag == "--free-running" else ", or leave --policy-lag out"))
+    if method not in (None, "grpo") or family is not None:
+        _fail("--two-process", f"runs GRPO only, not --method {method}", "leave --method out, or --two-process")
+    if tool is not None:
+        _fail("--two-process", f"cannot train with a tool in the loop (task {config.task})", "pick another --task")
+    from grpo_edu.training.asynchronous.processes import TwoProcessGRPOTrainer
+
+    return TwoProcessGRPOTrainer(config, eval_callbacks=[show_eval], free_running=args.free_running)
 
 
 # --- export --------------------------------------------------------------------------------
@@ -259,13 +281,21 @@ def cmd_export(args):
         parent = Path(dataset_out).resolve().parent
         if not parent.is_dir():
             _fail("--dataset-out", f"its folder {parent} does not exist", "create the folder, or name a file in one")
+        if config.dataset is not None and os.path.abspath(config.dataset) == os.path.abspath(dataset_out):
+            _fail("--dataset-out", f"{dataset_out} is also the run's --dataset, which the export would overwrite "
+                  "(and --dataset cannot read TRL's form back)", "write the export to a file of its own, e.g. trl.jsonl")
+        from grpo_edu.common import _checks
+
+        problem = _checks.output_file_problem(dataset_out, overwrite=args.overwrite)
+        if problem:                                # an existing file is replaced only with --overwrite
+            _fail("--dataset-out", *problem)
     if args.target == "trl":
         result = to_trl(config, num_processes=args.processes)
         if dataset_out is not None:
             from grpo_edu.beyond.export import write_trl_dataset
 
             task = get_task(config.task)
-            n = write_trl_dataset(task, rows, dataset_out)
+            n = write_trl_dataset(task, rows, dataset_out, overwrite=args.overwrite)
             form = "conversational (prompt: a list of {role, content} messages)" if hasattr(task, "messages") \
                 else "standard (prompt: a string)"
             print(f"grpo-edu export: wrote {n} rows to {dataset_out}, TRL's {form} form: "
@@ -369,6 +399,12 @@ def add_train(sub, method_flags=True):
                      help="let this run replace another run in --output-dir (only that run's checkpoint-* "
                           "folders and latest.json are removed; nothing else)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--two-process", action="store_true",
+                     help="sample in a second process while this one trains (lesson 18's TwoProcessGRPOTrainer): "
+                          "batches drawn --policy-lag updates behind, corrected by --off-policy-correction")
+    run.add_argument("--free-running", action="store_true",
+                     help="with --two-process: the sampler draws with the newest weights, as far ahead as "
+                          "--max-staleness allows (TRL's and verl's asynchronous trainers)")
     if method_flags:
         from grpo_edu.cli.method_flags import add_method_flags
 
@@ -419,7 +455,9 @@ def add_export(sub):
                     help="Processes (TRL, accelerate) or GPUs (verl) that share each step. (default: 1)")
     ex.add_argument("--dataset-out", default=None, metavar="FILE.jsonl",
                     help="Also write the run's train prompts as TRL reads them (trl only): for a chat task "
-                         "(words) the conversational form, each prompt a list of {role, content} messages.")
+                         "(words) the conversational form, each prompt a list of {role, content} messages. An "
+                         "existing file is refused unless --overwrite.")
+    ex.add_argument("--overwrite", action="store_true", help="let --dataset-out replace an existing file")
     _add_config_flags(ex)
     _add_preset_flag(ex)
     ex.set_defaults(func=cmd_export)

@@ -26,6 +26,29 @@ def positive_int(arg, value, *, minimum=1, fix=None):
     return value
 
 
+def number_range(low, high, *, fix_low="pass the smallest number, 0 or more"):
+    """Check a generated task's number range: whole numbers with ``0 ≤ low ≤ high`` (bools refused)."""
+    positive_int("low", low, minimum=0, fix=fix_low)
+    positive_int("high", high, minimum=low, fix=f"pass the largest number, at least low ({low})")
+
+
+def split_sizes(heldout_size, train_size, distinct, *, what, more):
+    """Check a generated task's split sizes before anything is drawn: whole numbers ≥ 1 (``train_size``
+    None: every prompt not held out), and together at most the ``distinct`` prompts that exist, since
+    the splits are drawn without repeats and a draw for more than exist would never end. ``what`` names
+    the prompts ("questions"); ``more`` says how to get more of them (e.g. "widen [low, high]")."""
+    positive_int("heldout_size", heldout_size, fix="pass how many prompts to hold out, 1 or more")
+    if train_size is not None:
+        positive_int("train_size", train_size, fix="pass how many train prompts to draw, 1 or more")
+    wanted = heldout_size + (1 if train_size is None else train_size)
+    if wanted > distinct:
+        asked = (f"{heldout_size:,} held out and at least one to train on" if train_size is None else
+                 f"{heldout_size:,} held out and {train_size:,} to train on, {wanted:,} in all")
+        fail("train_size" if train_size is not None else "heldout_size",
+             f"asks for {asked}, but only {distinct:,} distinct {what} exist, so the draw without repeats "
+             "would never end", f"ask for at most {distinct:,} in all, or {more}")
+
+
 def is_finite_number(value):
     """True for a finite int or float (bools are refused)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -99,15 +122,22 @@ def can_create_file_in(folder):
     return True
 
 
-def output_file_problem(path, *, overwrite=False, flag="--overwrite"):
+def output_file_problem(path, *, overwrite=False, flag="--overwrite", make_folder=False):
     """What stops a command from writing its result to the file ``path`` once its work is done, as
     ``(problem, fix)``, or None: checked before the work, so an hour's run never ends on a path it
     cannot write. Whether the folder takes a new file is tried (:func:`can_create_file_in`: the result is
     written beside its name, then moved onto it), never read from permission bits. An existing file is
-    replaced only with ``overwrite``."""
+    replaced only with ``overwrite``. With ``make_folder`` a missing folder is fine when it can be created
+    (the command makes it when it writes), not when a file stands in its way."""
     path = Path(path)
     if path.is_dir():
         return f"{path} is a folder", f"name a file inside it, e.g. {path / 'results.json'}"
+    if make_folder and not path.parent.exists():
+        blocked = unwritable_folder(path.parent)
+        if blocked is not None:
+            return (f"the folder of {path} cannot be created: {blocked} is not a folder you can write in",
+                    "write the file elsewhere")
+        return None
     if not path.parent.is_dir():
         return (f"the folder of {path} does not exist",
                 f"create it first (mkdir -p {path.parent}), or write the file elsewhere")
@@ -117,6 +147,19 @@ def output_file_problem(path, *, overwrite=False, flag="--overwrite"):
     if path.exists() and not overwrite:
         return (f"{path} already exists (an earlier run's results?)",
                 f"pass another file name, or {flag} to replace it")
+    return None
+
+
+def output_folder_problem(folder, names, *, overwrite=False, flag="--overwrite"):
+    """:func:`output_file_problem` for the files ``names`` a command will write in ``folder`` (made if missing),
+    as ``(problem, fix)`` or None: a stored run is replaced only with ``overwrite``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder", "name a folder for the results"
+    for name in names:
+        problem = output_file_problem(folder / name, overwrite=overwrite, flag=flag, make_folder=True)
+        if problem:
+            return problem
     return None
 
 

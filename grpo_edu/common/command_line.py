@@ -52,3 +52,17 @@ def _refuse_empty(parser, args):
             optional = action.option_strings or action.nargs in ("?", "*")
             parser.error(f"argument {name}: is empty. Fix: give it a value"
                          + (", or leave it out for its default" if optional else ""))
+
+
+def check_output(parser, flag, path, *, overwrite=False, names=None):
+    """Before any work: refuse (argparse's usage error, status 2) an output ``path`` the command could not write
+    at the end, or one that would replace stored results without ``--overwrite``. ``path`` is a file in an
+    existing folder, or, with ``names``, a folder (made if missing) the command writes those files into."""
+    from grpo_edu.common import _checks
+
+    if names is None:
+        problem = _checks.output_file_problem(path, overwrite=overwrite)
+    else:
+        problem = _checks.output_folder_problem(path, names, overwrite=overwrite)
+    if problem:
+        parser.error(f"{flag}: {problem[0]}. Fix: {problem[1]}")

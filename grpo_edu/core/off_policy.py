@@ -19,7 +19,7 @@ correction          PPO ratio r against     weight per token (no gradient)      
 ``behaviour_clip``  μ                       1                                               TRL AsyncGRPO loss;
                                                                                             verl ``bypass_mode``
 ``decoupled``       π_prox                  w = π_prox/μ, 0 where w > C (filter)            AReaL
-                                                                                            ``behav_imp_weight_cap``
+                                                                                            ``use_decoupled_loss``
 ``token_tis``       π_prox                  min(π_prox/μ, C)                                verl ``rollout_is=token``
 ``sequence_mask``   π_prox                  W_i = Π_t π_prox/μ, 0 where W_i > C             TRL ``sequence_mask``
 ==================  ======================  ==============================================  =====================
@@ -31,6 +31,8 @@ the behaviour ratio's spread (``log_ratio_std``: σ of log(π_prox/μ) over the 
 ``masked_fraction`` (active tokens whose weight is 0) and ``truncated_fraction`` (tokens whose
 weight the cap lowered).
 """
+
+import torch
 
 from grpo_edu.common import _checks
 from grpo_edu.core.kl import kl_estimate
@@ -58,6 +60,21 @@ def _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask):
         if tuple(x.shape) != shape:
             _checks.fail(name, f"shape {tuple(x.shape)} does not match logprobs shape {shape}",
                          "pass one value per completion token, (N, T) like logprobs")
+
+
+def _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask):
+    """Shapes checked, and μ's log-probs made safe to use: a NaN or ±inf where the mask is 1 is refused (no sampled
+    token has μ = 0 or a NaN); where it is 0 (padding, tokens after the end) any value is replaced by π_prox's, so a
+    padded −inf cannot turn the loss into NaN through 0 · ∞. Returns the behaviour log-probs to use, (N, T)."""
+    _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask)
+    active = mask.bool()
+    bad = active & ~torch.isfinite(behaviour_logprobs)
+    if bad.any():
+        _checks.fail("behaviour_logprobs", f"is NaN or ±inf at {int(bad.sum())} active token(s) (mask = 1), first at "
+                     f"row, position {tuple(int(i) for i in bad.nonzero()[0])}: the sampler gave a sampled token "
+                     "probability 0, or no number", "pass the sampler's log-probs of the tokens it drew (finite), "
+                     "with mask 0 on padding")
+    return torch.where(active, behaviour_logprobs, proximal_logprobs.detach())
 
 
 def behaviour_gap(proximal_logprobs, behaviour_logprobs, mask):
@@ -98,7 +115,7 @@ def no_correction(logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=
     Stale answers enter with full weight and nothing limits how far a step moves on them.
     ``cap`` is accepted and ignored. Returns ``((logprobs.detach(), None), info)``.
     """
-    _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask)
+    behaviour_logprobs = _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask)
     _, info = behaviour_gap(proximal_logprobs, behaviour_logprobs, mask)
     return (logprobs.detach(), None), {**info, "masked_fraction": 0.0, "truncated_fraction": 0.0,
                                        "weight_mean": 1.0}
@@ -114,7 +131,7 @@ def behaviour_clip(logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap
     A stale answer starts with r ≠ 1, so the clip binds on it from the first update: staleness shows up
     as clip fraction. ``cap`` is ignored. Returns ``((behaviour_logprobs, None), info)``.
     """
-    _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask)
+    behaviour_logprobs = _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask)
     _, info = behaviour_gap(proximal_logprobs, behaviour_logprobs, mask)
     return (behaviour_logprobs.detach(), None), {**info, "masked_fraction": 0.0, "truncated_fraction": 0.0,
                                                  "weight_mean": 1.0}
@@ -126,10 +143,11 @@ def decoupled(logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=None
 
         r_t = π_θ / π_prox,   w_t = π_prox / μ,   loss_t = −w_t · min(r_t Â, clip(r_t, 1 ± ε) Â)
 
-    AReaL's ``behav_imp_weight_cap`` C: a token whose w_t > C is *filtered* (weight 0), not truncated.
+    AReaL's cap C (``behav_imp_weight_cap``, later ``behave_imp_weight_cap``, now ``actor.rejection_sampling``,
+    off by default): a token whose w_t > C is *filtered* (weight 0), not truncated.
     ``cap`` None keeps every token; otherwise it must be > 1. Returns ``((proximal_logprobs, w), info)``.
     """
-    _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask)
+    behaviour_logprobs = _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask)
     _check_cap("cap", cap, "decoupled PPO (AReaL's behav_imp_weight_cap)", allow_none=True)
     w, info = behaviour_gap(proximal_logprobs, behaviour_logprobs, mask)           # π_prox/μ, (N, T)
     kept = w if cap is None else w.masked_fill(w > cap, 0.0)                       # AReaL filters w > C
@@ -145,7 +163,7 @@ def token_tis(logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=2.0)
     The cap bounds the variance a token with tiny μ could add; C must be > 1.
     Returns ``((proximal_logprobs, w), info)``.
     """
-    _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask)
+    behaviour_logprobs = _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask)
     _check_cap("cap", cap, "token-level truncated IS (verl's rollout_is_threshold)")
     w, info = behaviour_gap(proximal_logprobs, behaviour_logprobs, mask)           # (N, T)
     truncated = w.clamp(max=cap)                                                   # min(w, C): the cap on the top side
@@ -162,7 +180,7 @@ def sequence_mask(logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=
     One weight per answer, the product of its token ratios (so it grows with the length); an answer whose
     weight leaves [floor, C] is dropped whole. Returns ``((proximal_logprobs, W), info)``, W (N, 1).
     """
-    _check_shapes(logprobs, proximal_logprobs, behaviour_logprobs, mask)
+    behaviour_logprobs = _checked_inputs(logprobs, proximal_logprobs, behaviour_logprobs, mask)
     _check_cap("cap", cap, "sequence-level masking (TRL's vllm_importance_sampling_clip_max)")
     _, info = behaviour_gap(proximal_logprobs, behaviour_logprobs, mask)
     m = mask.to(proximal_logprobs.dtype)                                            # (N, T)
@@ -180,7 +198,8 @@ CORRECTIONS = {"none": no_correction, "behaviour_clip": behaviour_clip, "decoupl
 """name → correction; the config's ``off_policy_correction`` picks one."""
 
 DEFAULT_CAPS = {"none": None, "behaviour_clip": None, "decoupled": None, "token_tis": 2.0, "sequence_mask": 3.0}
-"""Each correction's cap in its source: verl's rollout_is_threshold 2.0, TRL's clip_max 3.0; AReaL has none set."""
+"""Each correction's cap in its source: verl's rollout_is_threshold 2.0, TRL's clip_max 3.0; AReaL's is off by
+default."""
 
 
 def correct(name, logprobs, proximal_logprobs, behaviour_logprobs, mask, *, cap=None):

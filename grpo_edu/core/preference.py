@@ -30,6 +30,12 @@ def _pair_tensor(arg, value, n=None):
                      "pass one score per pair, e.g. model(**chosen).logits.squeeze(-1)")
     if n is not None and shape[0] != n:
         _checks.fail(arg, f"has {shape[0]} entries but rewards_chosen has {n}", "pass one entry per pair")
+    finite = torch.isfinite(value.detach())
+    if not bool(finite.all()):                 # one NaN or ±inf score makes the whole loss NaN, silently
+        first = int((~finite).nonzero()[0, 0])
+        _checks.fail(arg, f"holds NaN or ±inf (first at pair {first}: {float(value[first])}), which would make the "
+                     "loss NaN", "find where it comes from: a reward model whose weights diverged (lower the "
+                     "learning rate) or were damaged, or a margin column with a bad value")
     return value
 
 

@@ -127,6 +127,15 @@ EXERCISES: dict[str, Any] = {
                      "right answer '46'? Answer [R(''), R('46')].",
                      lambda: [round(r, 4) for r in solve.composite({"correctness": 0.2, "brevity": 0.8}, ["", "46"])],
                      "'' is not right but has length 0; '46' is right with length 2."),
+    # lesson 16: real text
+    "16.1": CodeExercise("Write my_completion_mask(ids, end_token_id): ids is an (N, T) numpy array of sampled answers "
+                         "(anything may follow an answer's end: padding, or more samples); return the (N, T) loss "
+                         "mask: 1 on each answer's tokens up to AND including its first end token, 0 after it; a "
+                         "row with no end token was cut at T and keeps all T tokens.",
+                         solve.completion_mask_ref, solve.completion_ids_input,
+                         "count, at each position, the end tokens strictly before it (a cumulative sum minus the "
+                         "token itself): the mask is 1 where that count is 0. ids != end_token_id is the padding "
+                         "mask, which drops the end token itself."),
     # lesson 15: tools and multi-turn rollouts
     "15.1": CodeExercise("Write my_tool_mask(ids, call_end, reply_lengths): ids is one completion's token ids (a "
                          "numpy array), call_end the id that closes a call, reply_lengths the length of each tool "
@@ -379,4 +388,21 @@ EXERCISES: dict[str, Any] = {
                          solve.forward_flops_ref, solve.forward_flops_input,
                          "a token at position p costs L·(2·weights + 4·H·d·p) + 2·D·V; the new tokens sit at "
                          "positions context + 1 … context + tokens, so sum p over those.", tolerance=0.5),
+    # lesson 18: sampling and training apart
+    "18.1": Exercise("The sampler lags k = 3 updates behind the trainer. Which policy version draws step 10's batch?",
+                     lambda: solve.lagged_version(10, 3),
+                     "at step t the trainer holds version t − 1; the sampler is k versions older (never below 0)."),
+    "18.2": Exercise("Decoupled PPO, one token, Â = +1, ε = 0.2: the update has moved π_θ/π_prox to 1.5, and the "
+                     "sampler had π_prox/μ = 2. What is the token's loss?",
+                     lambda: round(solve.decoupled_one_token(1.5, 2.0, 1.0), 4),
+                     "the ratio against π_prox is clipped at 1 + ε (Â > 0), then weighed by π_prox/μ, with a minus."),
+    "18.3": Exercise("TRL's sequence_mask (C = 3): an answer of 40 tokens, each with log π_prox − log μ = 0.02. What "
+                     "weight does the answer get? And at 80 tokens (write [40 tokens, 80 tokens], 4 decimals)?",
+                     lambda: [round(solve.sequence_weight(40, 0.02), 4), round(solve.sequence_weight(80, 0.02), 4)],
+                     "the weight is exp(Σ_t log-ratio), the product over the answer's tokens; above C it is 0."),
+    "18.4": Exercise("Lesson 18's stored wallclock run: once both processes ran, a two-process step took what fraction "
+                     "of a synchronous step? (2 decimals)",
+                     lambda: round(solve.two_process_step_share(), 2),
+                     "section 7 prints both: seconds a step for the synchronous run, and for two processes once "
+                     "both run; divide.", tolerance=0.011),
 }

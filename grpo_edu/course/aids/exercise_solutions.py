@@ -544,3 +544,65 @@ def process_token_advantage():
 
     adv, _ = process_advantages([[1, 0, 1], [1, 1, 1]], [[6, 14, 17], [6, 14, 17]], [18, 18])
     return float(adv[0, 0])
+
+
+def completion_mask_ref(ids, end_token_id):
+    """Lesson 16: the completion mask, by the library (1 up to and including each row's first end token)."""
+    import torch
+
+    from grpo_edu.training.text.completion_mask import completion_mask
+
+    return completion_mask(torch.as_tensor(ids), int(end_token_id))[0].numpy()
+
+
+def completion_ids_input(rng):
+    """(N, T) sampled ids with end token 2: some rows end once (then padding 0 or more samples), some twice, some
+    never (cut at T)."""
+    N, T = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+    ids = rng.choice([0, 2, 5, 6, 7], size=(N, T), p=[0.1, 0.25, 0.25, 0.2, 0.2])
+    return (ids, 2)
+
+
+# --- lesson 18: sampling and training apart ---------------------------------------------------------------------
+def lagged_version(step, lag):
+    from grpo_edu.training.asynchronous.versions import draw_version
+
+    return draw_version(step, lag)
+
+
+def decoupled_one_token(r_theta_prox, w_prox_behav, advantage, epsilon=0.2):
+    """The decoupled loss of one token with π_θ/π_prox = r and π_prox/μ = w (``core.off_policy``)."""
+    import math
+
+    import torch
+
+    from grpo_edu.core.off_policy import off_policy_loss
+
+    behav = torch.tensor([[-2.0]])
+    prox = behav + math.log(w_prox_behav)
+    lp = prox + math.log(r_theta_prox)
+    loss, _ = off_policy_loss("decoupled", lp, prox, behav, torch.tensor([advantage]), torch.ones(1, 1),
+                              epsilon=epsilon)
+    return float(loss)
+
+
+def sequence_weight(tokens, log_ratio, cap=3.0):
+    """TRL's sequence_mask weight of one answer of ``tokens`` tokens, each with log π_prox − log μ = ``log_ratio``."""
+    import torch
+
+    from grpo_edu.core.off_policy import sequence_mask
+
+    prox = torch.full((1, tokens), log_ratio)
+    (_, weight), _ = sequence_mask(prox, prox, torch.zeros(1, tokens), torch.ones(1, tokens), cap=cap)
+    return float(weight)
+
+
+def two_process_step_share():
+    """Lesson 18's stored ``wallclock``: a two-process step once both ran (train ends, steps 2 … 12) over a
+    synchronous step (its seconds over its steps)."""
+    from grpo_edu.course.experiments.asynchronous import stored
+
+    wall = stored("wallclock")
+    ends = [row["train_ended"] for row in wall["two_processes_lag1"]["timeline"]]
+    synchronous = wall["synchronous"]["seconds"] / wall["synchronous"]["steps"]
+    return (ends[-1] - ends[0]) / (len(ends) - 1) / synchronous

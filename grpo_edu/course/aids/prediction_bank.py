@@ -107,6 +107,12 @@ PREDICTIONS: dict[str, Prediction] = {
                         "it have moved the policy off the sampler, compared with full fine-tuning: 'about as far', "
                         "'less than half as far' or 'further'?",
                         choices=("about as far", "less than half as far", "further")),
+    "16.P1": Prediction("Through its chat template, about 7 in 10 of the words model's answers end with <|im_end|> "
+                        "within 24 tokens. Passed as a plain string instead (no template, no system turn, no opened "
+                        "assistant turn), what share of its answers will end (0–1)?", tolerance=0.1),
+    "16.P2": Prediction("Forty GRPO steps with the padding mask and pad = eos: the end token is never in the loss. The "
+                        "share of the model's answers that end (0.72 before) will 'rise', 'stay' (within 0.05) or "
+                        "'fall'?", choices=("rise", "stay", "fall")),
     "17.P1": Prediction("Best-of-n against a reward model trained on 64 preference pairs: sample n answers, keep the "
                         "one the reward model scores highest, for n = 1, 2, 4, … 256. The gold score of the kept "
                         "answer will be highest at: 'the largest n', 'a middle n' or 'n = 1'?",
@@ -123,5 +129,13 @@ PREDICTIONS: dict[str, Prediction] = {
                          "supervision by the exact checker (same seed, prompts and budget). Held-out accuracy with "
                          "process supervision: 'higher', 'same' (within noise on some seed) or 'lower'?",
                          choices=("higher", "same", "lower")),
+    "18.P1": Prediction("The staleness sweep: k = 1, 2, 4, 8 updates of lag, the PPO clip against μ. The spread "
+                        "σ(log π_θ/μ) at k = 8, compared with k = 1, will be: 'about the same', 'two to five times' "
+                        "or 'more than five times'?",
+                        choices=("about the same", "two to five times", "more than five times")),
+    "18.P2": Prediction("The correction ladder again at k = 4, but with 4 updates per batch (mini-batches, as AReaL "
+                        "and verl make). Which correction keeps the highest held-out accuracy: 'behaviour_clip', "
+                        "'decoupled', 'token_tis', 'sequence_mask' or 'none'?",
+                        choices=("behaviour_clip", "decoupled", "token_tis", "sequence_mask", "none")),
 }
 """Predict-then-run questions: the learner guesses, then an experiment measures (``reveal``)."""

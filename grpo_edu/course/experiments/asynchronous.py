@@ -5,7 +5,9 @@ part            what it measures
 ==============  ===================================================================================================
 ``sweep``       lag k = 0, 1, 2, 4, 8 with the PPO clip against the sampler (TRL's async loss): held-out accuracy
                 after the same number of sampled answers, the spread of log π_θ/μ and the clip fraction per step
-``ladder``      the five corrections (``core.off_policy``) at one lag (:data:`LADDER_LAG`)
+``ladder``      the five corrections (``core.off_policy``) at one lag (:data:`LADDER_LAG`), one update per batch
+``ladder_mb``   the same five with :data:`LADDER_MINI_BATCHES` updates per batch (mini-batches, as AReaL's default),
+                where π_θ leaves π_prox within the batch and the clip against π_prox binds
 ``mismatch``    no staleness, only a sampler that is not the trainer: bfloat16 vs float32, and top-k renormalised
                 (the kept mass S becomes every token's ratio: TRL issue #6789); no training, one batch
 ``wallclock``   the same run synchronous (one process) and with the sampler in a second process, lag 1, timed
@@ -40,6 +42,8 @@ COMMON = dict(batch_size=8, num_generations=8, total_training_steps=40, beta=0.0
 accuracy on 128 prompts every 5 steps."""
 LAGS = (0, 1, 2, 4, 8)
 LADDER_LAG = 4
+LADDER_MINI_BATCHES = 4
+"""Updates per batch in ``ladder_mb``: AReaL's ``ppo_n_minibatches`` default; verl's 1024/256."""
 FREE_MAX_STALENESS = 4
 """The free-running sampler's bound in ``timing``: TRL's default ``max_staleness``."""
 CORRECTIONS = ("none", "behaviour_clip", "decoupled", "token_tis", "sequence_mask")
@@ -62,33 +66,64 @@ def train_run(seed, lag, correction="behaviour_clip", **overrides):
 
     trainer = AsyncGRPOTrainer(_config(seed, policy_lag=lag, off_policy_correction=correction, **overrides))
     history = trainer.train(progress=False)
-    return {"seed": seed, "lag": lag, "correction": correction, "evals": trainer.evals,
+    return {"seed": seed, "lag": lag, "correction": correction, "mini_batches": trainer.config.mini_batches,
+            "evals": trainer.evals,
             "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "native"),
             "history": [{k: m.get(k) for k in KEEP} for m in history]}
 
 
-def _runs(part, jobs, folder):
+def _run_path(folder, part, seed, lag, correction):
+    return Path(folder) / part / f"seed{seed}-lag{lag}-{correction}.json"
+
+
+def _stored_run(path, seed, lag, correction, mini_batches):
+    """The run stored at ``path`` if it is the one asked for (``None`` when there is none); a damaged file, or one
+    made with other settings, is refused with the fix."""
+    if not path.exists():
+        return None
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+        found = (run["seed"], run["lag"], run["correction"], run.get("mini_batches", 1), len(run["history"]))
+    except (ValueError, KeyError, TypeError) as err:
+        fail("--out", f"{path} is not a stored run this command can read ({err})",
+             "delete it, or pass --overwrite to run it again")
+    wanted = (seed, lag, correction, mini_batches, COMMON["total_training_steps"])
+    if found != wanted:
+        fail("--out", f"{path} holds a run with other settings (seed, lag, correction, mini_batches, steps = "
+             f"{found}, not {wanted})", "pass --overwrite to run it again, or another --out")
+    return run
+
+
+def _runs(part, jobs, folder, overwrite=False, **overrides):
     """Run ``jobs`` ((seed, lag, correction) each) seed by seed, each run stored in ``folder/part/`` as soon as it
-    ends (a run already there is read, not run again); returns them all."""
+    ends; a run already there is read back, not run again (checked to be the same run), unless ``overwrite``.
+    ``overrides``: GRPOConfig settings of every run (``mini_batches``). Returns them all."""
+    mini_batches = overrides.get("mini_batches", 1)
+    if not overwrite:                                   # every stored run checked before the first one starts
+        for job in jobs:
+            _stored_run(_run_path(folder, part, *job), *job, mini_batches)
     out = []
     (folder / part).mkdir(parents=True, exist_ok=True)
     for seed, lag, correction in sorted(jobs):
-        path = folder / part / f"seed{seed}-lag{lag}-{correction}.json"
-        if path.exists():
-            out.append(json.loads(path.read_text(encoding="utf-8")))
-            continue
-        run = train_run(seed, lag, correction)
-        write_result_file(path, json.dumps(run), overwrite=True)
+        path = _run_path(folder, part, seed, lag, correction)
+        run = None if overwrite else _stored_run(path, seed, lag, correction, mini_batches)
+        if run is None:
+            run = train_run(seed, lag, correction, **overrides)
+            write_result_file(path, json.dumps(run), overwrite=True)
         out.append(run)
     return out
 
 
-def sweep(seeds, folder=STORE):
-    return _runs("sweep", [(s, k, "behaviour_clip") for k in LAGS for s in seeds], folder)
+def sweep(seeds, folder=STORE, overwrite=False):
+    return _runs("sweep", [(s, k, "behaviour_clip") for k in LAGS for s in seeds], folder, overwrite)
 
 
-def ladder(seeds, folder=STORE):
-    return _runs("ladder", [(s, LADDER_LAG, c) for c in CORRECTIONS for s in seeds], folder)
+def ladder(seeds, folder=STORE, overwrite=False, mini_batches=1):
+    """The five corrections at :data:`LADDER_LAG`; ``mini_batches`` updates per batch (stored in ``ladder`` at 1,
+    ``ladder_mb`` otherwise)."""
+    part = "ladder" if mini_batches == 1 else "ladder_mb"
+    return _runs(part, [(s, LADDER_LAG, c) for c in CORRECTIONS for s in seeds], folder, overwrite,
+                 **({} if mini_batches == 1 else {"mini_batches": mini_batches}))
 
 
 def _sample_topk(model, prompt_ids, steps, top_k, generator):
@@ -209,6 +244,15 @@ def accuracy_at_seconds(runs, seconds_at_step, budget):
     return sum(each) / len(each), {"steps": steps, "each": each}
 
 
+def accuracy_se(*groups, n=COMMON["eval_size"]):
+    """The evaluation's standard error: of a mean over seeds of held-out accuracies (one group, one accuracy per
+    seed), or of the difference of two such means (two groups of the same seeds). Each accuracy is measured on
+    ``n`` prompts with one answer each, binomial: variance p(1 − p)/n; a mean over m seeds divides the variances'
+    sum by m². Returns a float."""
+    m = len(groups[0])
+    return math.sqrt(sum(p * (1 - p) / n for group in groups for p in group)) / m
+
+
 def summary(runs, by="lag"):
     """One row per ``by`` value (lag or correction), means over the seeds: held-out accuracy before and after,
     and over the steps after the first k (where the lag is in force) the log-ratio spread σ(log π_θ/μ), the clip
@@ -299,20 +343,49 @@ def stored_meta(part, folder=STORE):
     return meta
 
 
+def _check_arguments(args):
+    """Everything that could stop the command from storing its result, checked before any run: the seeds, the
+    ``--out`` folder (created now), ``<part>.json`` (replaced only with ``--overwrite``) and the stored runs."""
+    from grpo_edu.common._checks import output_file_problem
+
+    if any(s < 0 for s in args.seeds):
+        fail("--seeds", f"must be ≥ 0, got {args.seeds}", "pass seeds such as 0 1 2")
+    folder = Path(args.out) if args.out else STORE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        fail("--out", f"{folder} cannot be made a folder ({err.strerror})", "pass a folder you can write to")
+    problem = output_file_problem(folder / f"{args.part}.json", overwrite=args.overwrite)
+    if problem:
+        fail("--out", *problem)
+    if args.part in ("sweep", "ladder", "ladder_mb") and not args.overwrite:
+        mini_batches = LADDER_MINI_BATCHES if args.part == "ladder_mb" else 1
+        jobs = ([(s, k, "behaviour_clip") for k in LAGS for s in args.seeds] if args.part == "sweep"
+                else [(s, LADDER_LAG, c) for c in CORRECTIONS for s in args.seeds])
+        for job in jobs:
+            _stored_run(_run_path(folder, args.part, *job), *job, mini_batches)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.asynchronous",
                                      description="Lesson 18's runs; writes assets/async-runs/<part>.json")
-    parser.add_argument("part", choices=("sweep", "ladder", "mismatch", "wallclock", "timing"))
+    parser.add_argument("part", choices=("sweep", "ladder", "ladder_mb", "mismatch", "wallclock", "timing"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default=None, help="the folder to write into (default assets/async-runs)")
-    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace <part>.json and run the stored runs of <part>/ again")
     args = parser.parse_args(argv)
-    if any(s < 0 for s in args.seeds):
-        fail("--seeds", f"must be ≥ 0, got {args.seeds}", "pass seeds such as 0 1 2")
+    try:
+        _check_arguments(args)
+    except ValueError as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     start = time.perf_counter()
     folder = Path(args.out) if args.out else STORE
-    result = {"sweep": lambda: sweep(args.seeds, folder), "ladder": lambda: ladder(args.seeds, folder),
+    overwrite = args.overwrite
+    result = {"sweep": lambda: sweep(args.seeds, folder, overwrite),
+              "ladder": lambda: ladder(args.seeds, folder, overwrite),
+              "ladder_mb": lambda: ladder(args.seeds, folder, overwrite, mini_batches=LADDER_MINI_BATCHES),
               "mismatch": lambda: mismatch(args.seeds), "wallclock": lambda: wallclock(args.seeds[0]),
               "timing": lambda: timing(args.seeds[0])}[args.part]()
     kernels = os.environ.get("ATEN_CPU_CAPABILITY")

@@ -34,6 +34,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from grpo_edu.common import command_line
+from grpo_edu.common._checks import write_result_file
 from grpo_edu.course.experiments import forgetting
 from grpo_edu.training.model.models import ASSETS
 
@@ -193,6 +195,10 @@ def by_run(rows):
     return runs
 
 
+def _seed_file(label, seed):
+    return f"{label}-seed{seed}.json"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.replay_advice",
                                      description=__doc__.split("\n\n")[0])
@@ -200,7 +206,11 @@ def main(argv=None):
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None)
     parser.add_argument("--json", metavar="FOLDER", help="also write each seed's rows to FOLDER/<label>-seed<N>.json")
     parser.add_argument("--label", default="native", help="file-name label, e.g. the kernel set (default: native)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace stored seeds' files")
+    args = command_line.parse_args(parser, argv)
+    if args.json:                                          # before any run: stored seeds are kept unless --overwrite
+        command_line.check_output(parser, "--json", args.json, overwrite=args.overwrite,
+                                  names=[_seed_file(args.label, seed) for seed in args.seeds])
     import os
     import platform
 
@@ -219,8 +229,8 @@ def main(argv=None):
                     f"--label {args.label}",
                     "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY", ""),
                     "torch": torch.__version__, "machine": platform.machine()}
-            (folder / f"{args.label}-seed{seed}.json").write_text(
-                json.dumps({**meta, "rows": mine}, ensure_ascii=False, indent=1), encoding="utf-8")
+            write_result_file(folder / _seed_file(args.label, seed),
+                              json.dumps({**meta, "rows": mine}, ensure_ascii=False, indent=1), overwrite=args.overwrite)
     for row in table(rows):
         print(json.dumps(row, ensure_ascii=False))
     return 0

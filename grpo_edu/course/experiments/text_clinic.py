@@ -9,7 +9,13 @@ run / measurement  what is done (on ``assets/tiny-words``, the ``words`` task, t
 ``pad_is_eos``     the loss mask built from padding with ``pad_token = eos_token``, so every ``<|im_end|>`` leaves
                    the loss (:func:`~grpo_edu.training.text.completion_mask.padding_mask`): log π(<|im_end|>)
                    after right answers, before and after (:func:`end_logprob`); :func:`end_tokens_in_the_loss`
-``newline_regex``  paid only by a format regex that wants a newline after each tag (unsloth #2614); its cure
+``pad_is_eos_masked``  ``pad_is_eos`` and ``mask_truncated_completions=True`` (TRL's setting): the answers cut at
+                   the cap leave the loss too, so no unpaid cut answer pushes down the token it wrote in place of
+                   ``<|im_end|>``. Separates two paths by which the end token could rise with no gradient of its
+                   own (lesson 16, case (b)): if it still rises, the pull came through the paid answers' tokens
+                   before the end; if not, through the push-down of the alternatives (the softmax hands their
+                   probability back, most of it to ``<|im_end|>``)
+``newline_regex``  paid only by a format regex that wants a newline after each tag (:data:`NEWLINE_FORMAT`); its cure
                    ``format_regex`` allows none: the reward and dead groups of the run; :func:`format_match`
 :func:`graders`    (a measurement) the strict grader (the tag) and the lenient one (the last number) on the same
                    sampled answers: how many right answers each marks wrong, how many wrong answers right
@@ -25,15 +31,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from grpo_edu.common import command_line
 from grpo_edu.common._checks import choice, fail, positive_int, write_result_file
 from grpo_edu.training.model.models import ASSETS
 
-RUNS = ("healthy", "no_template", "pad_is_eos", "newline_regex", "format_regex")
+RUNS = ("healthy", "no_template", "pad_is_eos", "pad_is_eos_masked", "newline_regex", "format_regex")
 """The GRPO runs: the words preset as it is (``healthy``: the cure of the first two cases and the lesson's
 before → after table), the three sick cases, and ``format_regex``, the cure of ``newline_regex``."""
 STORED = ASSETS / "text-clinic"
@@ -70,9 +76,12 @@ class BareQuestions:
         return getattr(self._task, name)
 
 
-def _end_masked_out_trainer():
+def _end_masked_out_trainer(*, mask_truncated=False):
     """A GRPOTrainer whose loss mask drops every end token: the mask a padding-based collator builds when
-    ``pad_token = eos_token`` (case ``pad_is_eos``)."""
+    ``pad_token = eos_token`` (case ``pad_is_eos``). ``mask_truncated``: the answers cut at the cap leave the loss
+    too (TRL's ``mask_truncated_completions``; case ``pad_is_eos_masked``), judged on the rollout as sampled. (The
+    config's own flag cannot do it here: it reads each answer's end off the mask, and this mask holds no end.)"""
+    from grpo_edu.training.rollouts.rollout import finished
     from grpo_edu.training.text.completion_mask import padding_mask
     from grpo_edu.training.trainers.trainer import GRPOTrainer
 
@@ -80,7 +89,10 @@ def _end_masked_out_trainer():
         def _update(self, rollout, advantages, ref_logprobs):
             # pad = eos: what follows the end is padding, and the end itself looks like padding: both leave the
             # loss. Only the update sees this mask; the step's logged lengths and rewards stay the true ones.
-            mask = rollout.completion_mask * padding_mask(rollout.completion_ids, self.tokenizer.eos_token_id)
+            end = self.tokenizer.eos_token_id
+            mask = rollout.completion_mask * padding_mask(rollout.completion_ids, end)            # (N, T)
+            if mask_truncated:
+                mask = mask * finished(rollout, end).unsqueeze(1).to(mask.dtype)                  # cut: no gradient
             return super()._update(dataclasses.replace(rollout, completion_mask=mask), advantages, ref_logprobs)
 
     return EndMaskedOut
@@ -154,8 +166,8 @@ def run(case, *, seed=0, steps=STEPS, model=None, progress=False):
     trainer_class, kwargs, chat = GRPOTrainer, {}, True
     if case == "no_template":
         kwargs["task"], chat = BareQuestions(task), False
-    if case == "pad_is_eos":
-        trainer_class = _end_masked_out_trainer()
+    if case in ("pad_is_eos", "pad_is_eos_masked"):
+        trainer_class = _end_masked_out_trainer(mask_truncated=case == "pad_is_eos_masked")
     if case in ("newline_regex", "format_regex"):
         kwargs["reward_funcs"] = [format_reward(FORMAT if case == "format_regex" else NEWLINE_FORMAT)]
     trainer = trainer_class(config, model=net, tokenizer=tokenizer, **kwargs)
@@ -194,8 +206,9 @@ def end_tokens_in_the_loss(model=None, *, seed=0):
 def graders(model=None, *, prompts=200, seed=0):
     """Case ``graders``: one sampled answer to each of ``prompts`` held-out questions, graded strict and lenient
     and against a careful reading (:func:`~grpo_edu.training.text.extraction.grader_disagreement`). Returns
-    ``(counts, info)`` with ``info["accuracy"]`` under each grade and ``info["examples"]``: one answer per kind of
-    mistake."""
+    ``(counts, info)`` with ``info["accuracy"]`` under each grade, ``info["examples"]``: one answer per kind of
+    mistake, and ``info["cut"]``, ``info["cut_paid"]``: the answers cut at the cap, and how many of them the words
+    task's own reward (the training reward: the last ``<answer>`` tag) pays."""
     from grpo_edu.training.rollouts.rollout import finished
     from grpo_edu.training.text.extraction import grader_disagreement
 
@@ -212,7 +225,10 @@ def graders(model=None, *, prompts=200, seed=0):
                 examples.setdefault(f"{grade}: {'right marked wrong' if ok else 'wrong marked right'}", t)
     accuracy = {g: sum(m) / len(m) for g, m in info["marks"].items()}
     accuracy["careful"] = sum(info["truth"]) / len(texts)
-    return counts, {"accuracy": accuracy, "examples": examples, "disagree": info["disagree"], "answers": len(texts)}
+    cut = [not e for e in ended]
+    paid = sum(c and task.is_correct(t, a) for c, t, a in zip(cut, texts, answers))
+    return counts, {"accuracy": accuracy, "examples": examples, "disagree": info["disagree"], "answers": len(texts),
+                    "cut": sum(cut), "cut_paid": paid}
 
 
 def drift_on_samples(model=None, *, prompts=200, num_samples=4, seed=0):
@@ -248,9 +264,11 @@ def measurements(model=None, *, seed=0):
     return {"seed": seed, "end_tokens": end_tokens_in_the_loss(loaded, seed=seed),
             "format_match": format_match(loaded, prompts=100, seed=seed),
             "graders": {"counts": counts, "accuracy": info["accuracy"], "disagree": info["disagree"],
-                        "answers": info["answers"], "examples": info["examples"]},
+                        "answers": info["answers"], "examples": info["examples"], "cut": info["cut"],
+                        "cut_paid": info["cut_paid"]},
             "drift": {"share": share, "token_share": moved["token_share"], "answers": moved["answers"],
-                      "changed": len(moved["changed"])}}
+                      "changed": len(moved["changed"]), "broken_bytes": len(moved["broken_bytes"]),
+                      "non_canonical": len(moved["non_canonical"])}}
 
 
 MEASURED = STORED / "measurements.json"
@@ -286,11 +304,10 @@ def main(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--model", default=None, help="a words model folder (default: the bundled one)")
-    parser.add_argument("--json", required=True, help="the file to write (refused if it exists)")
-    args = parser.parse_args(argv)
-    if os.path.exists(args.json):
-        print(f"error: --json: {args.json} exists. Fix: remove it or pass another path.", file=sys.stderr)
-        return 2
+    parser.add_argument("--json", required=True, help="the file to write (an existing one is refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
+    args = command_line.parse_args(parser, argv)
+    command_line.check_output(parser, "--json", args.json, overwrite=args.overwrite)     # before any run
     import torch
 
     torch.set_num_threads(1)
@@ -300,9 +317,9 @@ def main(argv=None):
     else:
         body = {"runs": [run(args.case, seed=seed, steps=args.steps, model=args.model, progress=True)
                          for seed in args.seeds]}
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     written = write_result_file(args.json, json.dumps({"command": "OMP_NUM_THREADS=1 " + command, **body},
-                                                      indent=1, ensure_ascii=False) + "\n")
+                                                      indent=1, ensure_ascii=False) + "\n",
+                               overwrite=args.overwrite)
     print(f"wrote {written}")
     return 0
 

@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from grpo_edu.common import command_line
 from grpo_edu.common._checks import choice, fail, positive_int, write_result_file
 from grpo_edu.training.model.models import ASSETS
 
@@ -150,19 +151,18 @@ def main(argv=None):
     parser.add_argument("--settings", nargs="+", default=["outcome"], choices=SETTINGS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--json", required=True, help="the file to write (refused if it exists)")
-    args = parser.parse_args(argv)
-    if os.path.exists(args.json):
-        print(f"error: --json: {args.json} exists. Fix: remove it or pass another path.", file=sys.stderr)
-        return 2
+    parser.add_argument("--json", required=True, help="the file to write (an existing one is refused unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="let --json replace an existing file")
+    args = command_line.parse_args(parser, argv)
+    command_line.check_output(parser, "--json", args.json, overwrite=args.overwrite)     # before any run
     kernels = os.environ.get("ATEN_CPU_CAPABILITY") or "native"
     runs = [run(s, seed=seed, steps=args.steps, progress=True) for s in args.settings for seed in args.seeds]
     command = "python -m grpo_edu.course.experiments.tools_runs " + " ".join(sys.argv[1:] if argv is None else argv)
     if kernels != "native":
         command = f"ATEN_CPU_CAPABILITY={kernels} " + command
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     written = write_result_file(args.json, json.dumps({"command": "OMP_NUM_THREADS=1 " + command, "kernels": kernels,
-                                                       "runs": runs}, indent=1) + "\n")
+                                                       "runs": runs}, indent=1) + "\n",
+                               overwrite=args.overwrite)
     print(f"wrote {written}")
     return 0
 

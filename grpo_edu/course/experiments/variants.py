@@ -398,15 +398,13 @@ def write_stored(args, argv, program, fields, *, during="the runs"):
 
 def check_json_target(parser, args):
     """--overwrite only with --json, and a --json file that can be written (a long run must not end on a bad path)."""
-    from grpo_edu.common import _checks
+    from grpo_edu.common import command_line
 
     if args.overwrite and not args.json:
         parser.error("--overwrite: replaces the --json file, but no --json is given. Fix: drop --overwrite, or "
                      "add --json FILE")
     if args.json:
-        problem = _checks.output_file_problem(args.json, overwrite=args.overwrite)
-        if problem:
-            parser.error(f"--json: {problem[0]}. Fix: {problem[1]}")
+        command_line.check_output(parser, "--json", args.json, overwrite=args.overwrite)
 
 
 def main(argv=None):

@@ -13,17 +13,23 @@ is synchronous GRPO (batch t drawn by version t − 1, the trainer's own weights
 from the seed, the step and the attempt alone (``versions.draw_seed``): the run resumes exactly, and a sampler in
 another process (``processes.py``) draws the same answers.
 
-One update per batch (num_iterations = 1), so the proximal policy π_prox, the trainer's weights at the start of
-the batch, is π_θ before the update: the corrections read π_prox = sg(π_θ) without an extra forward pass.
+Updates per batch: ``mini_batches`` (AReaL's ``ppo_n_minibatches``, verl's train/mini batch sizes), each on its
+own share of the batch's groups. The proximal policy π_prox is the trainer's weights at the start of the batch. With
+one update it is π_θ before the update, so the corrections read π_prox = sg(π_θ) without an extra forward pass (and
+the clip against π_prox never binds); with several, one forward pass without gradient at the batch's start gives
+log π_prox (AReaL's "recompute logprob"), and from the second update on π_θ ≠ π_prox.
 """
 
 import copy
+import warnings
 
 import torch
 
 from grpo_edu.common import _checks
 from grpo_edu.core.off_policy import correct
-from grpo_edu.training.asynchronous.versions import WeightBoard, draw_plan, draw_seed
+from grpo_edu.training.asynchronous.versions import WeightBoard, draw_plan, draw_seed, fingerprint
+from grpo_edu.training.rollouts import passes
+from grpo_edu.training.rollouts.rollout import select_groups
 from grpo_edu.training.trainers.trainer import GRPOTrainer
 
 
@@ -36,12 +42,17 @@ class AsyncGRPOTrainer(GRPOTrainer):
     """
 
     asynchronous = True
+    free_running = False      # TwoProcessGRPOTrainer(free_running=True): the lag comes from the two sides' speeds
 
     def __init__(self, config=None, *, tool=None, **kwargs):
         if tool is not None:
             _checks.fail("tool", "is not supported by the asynchronous trainer yet (its batches carry no tool mask)",
                          "train tools with GRPOTrainer")
         super().__init__(config, **kwargs)
+        if not self.config.policy_lag and not self.free_running:
+            for text in self.config.unused_without_lag():        # settings a sampler that never lags ignores
+                warnings.warn(text, stacklevel=2)
+        self._proximal = None                                     # log π_prox of the mini-batch being trained
         # (the config refuses a lag with num_iterations > 1, replay, dynamic sampling or the sampler IS weights)
         self.sampler_model = copy.deepcopy(self.model).eval().requires_grad_(False)   # the sampler's copy
         self.board = WeightBoard()
@@ -74,10 +85,39 @@ class AsyncGRPOTrainer(GRPOTrainer):
                 "dropped_batches": len(plan) - 1, "samples": len(plan) * rollout.completion_ids.shape[0]}
         return rollout, tags
 
-    # --- 3. the corrected loss ----------------------------------------------------------------
+    # --- 3. the updates on one batch, and the corrected loss ------------------------------------
+    def _update(self, rollout, advantages, ref_logprobs):
+        """``mini_batches`` optimizer updates, one per share of the groups (GRPOTrainer's update on each), all
+        against log π_prox from the weights at the batch's start. Returns the updates' statistics, weighted by
+        their tokens (grad_norm: the mean of the updates')."""
+        n = self.config.mini_batches
+        if n == 1 and self.config.num_iterations == 1:            # π_prox = sg(π_θ): no extra pass needed
+            return super()._update(rollout, advantages, ref_logprobs)
+        with torch.no_grad(), self._autocast():                                      # log π_prox, (N, T)
+            proximal, _ = passes.rollout_logprobs(self.model, rollout, temperature=self.config.temperature)
+        B, G = len(rollout.prompts), rollout.num_generations
+        share = B // n
+        totals, tokens = {}, 0.0
+        for j in range(n):
+            groups = list(range(j * share, (j + 1) * share))
+            rows = slice(j * share * G, (j + 1) * share * G)
+            part = select_groups(rollout, groups)
+            self._proximal = proximal[rows]
+            try:
+                stats = super()._update(part, advantages[rows],
+                                        None if ref_logprobs is None else ref_logprobs[rows])
+            finally:
+                self._proximal = None
+            weight = float(part.completion_mask.sum())
+            tokens += weight
+            for key, value in stats.items():
+                w = 1.0 if key == "grad_norm" else weight
+                totals[key] = totals.get(key, 0.0) + value * w
+        return {k: v / (n if k == "grad_norm" else max(tokens, 1.0)) for k, v in totals.items()}
+
     def _policy_reference(self, logprobs, rollout, rows, mask, trainer_old):
         c = self.config
-        proximal = logprobs.detach()                               # π_prox: the weights at the batch's start
+        proximal = logprobs.detach() if self._proximal is None else self._proximal[rows]   # π_prox: the batch's start
         (old, weights), info = correct(c.off_policy_correction, logprobs, proximal, rollout.logprobs[rows], mask,
                                        cap=c.off_policy_cap)
         if weights is not None:
@@ -89,9 +129,12 @@ class AsyncGRPOTrainer(GRPOTrainer):
     # --- 4. publish, and the step's log line ----------------------------------------------------
     def step(self):
         metrics = super().step()
-        self.board.publish(self.step_count, self.model)
+        self._publish(self.step_count)
         self.board.forget_before(self._oldest_needed())
         return metrics
+
+    def _publish(self, version):
+        self.board.publish(version, self.model)
 
     def _oldest_needed(self):
         """The oldest version a later draw can still ask for: batch t + 1 is drawn by t − k at the oldest."""
@@ -114,15 +157,36 @@ class AsyncGRPOTrainer(GRPOTrainer):
     # --- checkpoints: the versions a later draw still needs -------------------------------------
     def _method_state(self):
         versions = [v for v in self.board.versions() if v >= self._oldest_needed()]
-        tensors = {f"v{v}/{name}": t for v in versions for name, t in self.board.load(v).items()}
-        return {"versions": versions, "samples_drawn": self.samples_drawn}, tensors
+        states = {v: self.board.load(v) for v in versions}
+        tensors = {f"v{v}/{name}": t for v, state in states.items() for name, t in state.items()}
+        return {"versions": versions, "samples_drawn": self.samples_drawn,
+                "fingerprints": {str(v): fingerprint(state) for v, state in states.items()}}, tensors
 
     def _restore_method_state(self, state, tensors, folder):
+        def damaged(problem):
+            _checks.fail("resume_from", f"{folder}: {problem} (a damaged or edited checkpoint)",
+                         "resume from another checkpoint of the run, or start it again")
+
         if not state or "versions" not in state:
             _checks.fail("resume_from", f"{folder} was not saved by the asynchronous trainer (no published weights)",
                          "resume it with GRPOTrainer, or start a new asynchronous run")
-        self.board = WeightBoard()
-        for v in state["versions"]:
+        versions = state["versions"]
+        if (not isinstance(versions, list) or not versions or not all(type(v) is int and v >= 0 for v in versions)
+                or versions != list(range(versions[0], versions[0] + len(versions)))):
+            damaged(f"its published versions {versions!r} are not a run of consecutive versions")
+        if not isinstance(state.get("samples_drawn"), int):
+            damaged("it does not say how many answers were drawn (samples_drawn)")
+        board = WeightBoard()
+        for v in versions:
             prefix = f"v{v}/"
-            self.board._memory[v] = {k[len(prefix):]: t for k, t in tensors.items() if k.startswith(prefix)}
+            board._memory[v] = {k[len(prefix):]: t for k, t in tensors.items() if k.startswith(prefix)}
+            if set(board._memory[v]) != set(self.model.state_dict()):
+                damaged(f"version {v}'s weights are missing or incomplete in trainer_state.safetensors")
+            saved = state.get("fingerprints", {}).get(str(v))      # checkpoints from before fingerprints: none
+            if saved is not None and saved != fingerprint(board._memory[v]):
+                damaged(f"the weights stored as version {v} are not the ones saved as version {v} (their "
+                        "fingerprint differs)")
+        if fingerprint(board._memory[versions[-1]]) != fingerprint(self.model.state_dict()):
+            damaged(f"the newest version, {versions[-1]}, is not the checkpoint's model")
+        self.board = board
         self.samples_drawn = state["samples_drawn"]

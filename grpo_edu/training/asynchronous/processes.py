@@ -18,23 +18,34 @@ staler than ``max_staleness`` (t − 1 − v > max_staleness, TRL's bound; the s
 from the two sides' speeds, so each batch's tag says which version drew it; such a run is not reproducible.
 
 Either side waits with a timeout (``wait_s``) and checks that the other is alive: a sampler that dies ends the
-run with :class:`SamplerDied`, after a checkpoint of the steps done (``output_dir``), and ``train(resume_from=…)``
-continues it exactly; a trainer that dies makes the sampler exit (its last periodic checkpoint resumes).
+run with :class:`SamplerDied` (with the sampler's own error), after a checkpoint of the steps done (``output_dir``),
+and ``train(resume_from=…)`` continues it exactly; so does an exchange folder that cannot be written (a full
+TMPDIR: :class:`~grpo_edu.training.asynchronous.versions.ExchangeError`). A trainer that dies makes the sampler exit
+(its last periodic checkpoint resumes). The exchange folder (``grpo-async-*`` in TMPDIR, the lag's versions of the
+model) is removed at the end, on SIGTERM, and, if the trainer was killed outright, by the next run's start.
+
+``spawn`` starts the sampler by importing the user's script again: a script without an
+``if __name__ == "__main__":`` guard would build a second trainer there, which is refused with that fix.
 """
 
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from grpo_edu.common import _checks
 from grpo_edu.training.asynchronous.lagged import AsyncGRPOTrainer
-from grpo_edu.training.asynchronous.versions import WeightBoard, load_batch, save_batch
+from grpo_edu.training.asynchronous.versions import ExchangeError, WeightBoard, load_batch, save_batch
 from grpo_edu.training.trainers.config import GRPOConfig
 
 POLL_S = 0.005
@@ -45,18 +56,76 @@ class SamplerDied(RuntimeError):
     """The sampler process ended, or drew nothing for ``wait_s`` seconds, before the run was done."""
 
 
+EXCHANGE_PREFIX = "grpo-async-"
+OWNER_FILE = "owner.json"      # {"pid": the trainer process}: a folder whose owner is gone is removed
+ERROR_FILE = "sampler-error.txt"
+EXIT_REASONS = {3: "the trainer process it serves was gone", 4: "it waited wait_s for weights that never came",
+                5: "it could not write its batch into the exchange folder (is TMPDIR full?)"}
+
+
 def _batch_path(folder, step):
     return Path(folder) / "batches" / f"step-{step:06d}.safetensors"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def clean_stale_exchanges(root=None):
+    """Remove the exchange folders in ``root`` (TMPDIR) left by a two-process trainer that was killed (SIGKILL leaves
+    no chance to clean up): those whose ``owner.json`` names a process that no longer runs. Returns their paths."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(EXCHANGE_PREFIX + "*"):
+        try:
+            pid = json.loads((folder / OWNER_FILE).read_text(encoding="utf-8"))["pid"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                                   # not ours, or its owner is writing it now
+        if isinstance(pid, int) and pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _refuse_in_spawned_import():
+    """Refuse a trainer built while ``spawn`` imports the user's script again to start the sampler process."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        message = ("TwoProcessGRPOTrainer: the script that builds this trainer was imported again to start the "
+                   "sampler process (multiprocessing's spawn re-runs the main script), so it would build a second "
+                   "trainer there. Fix: put the code that builds and trains the trainer under "
+                   "`if __name__ == \"__main__\":` in your script")
+        folder = os.environ.get("GRPO_EDU_EXCHANGE")
+        if folder and Path(folder).is_dir():
+            (Path(folder) / ERROR_FILE).write_text(message, encoding="utf-8")
+        raise RuntimeError(message)
 
 
 def sampler_main(config_json, folder, first_step, last_step, trainer_pid, wait_s, free_running=False):
     """The sampler process: draw the batches of steps ``first_step`` … ``last_step`` into ``folder``, each with
     the published version the lag asks for (``free_running``: the newest one within ``max_staleness``). Exits when
     the trainer process ``trainer_pid`` is gone."""
+    try:
+        _sampler_loop(config_json, folder, first_step, last_step, trainer_pid, wait_s, free_running)
+    except Exception as err:                                      # the trainer reports it in SamplerDied
+        try:
+            (Path(folder) / ERROR_FILE).write_text(f"{type(err).__name__}: {err}", encoding="utf-8")
+        except OSError:
+            pass                                                  # a full disk: stderr still has it
+        raise
+
+
+def _sampler_loop(config_json, folder, first_step, last_step, trainer_pid, wait_s, free_running):
     torch.set_num_threads(1)                                      # one core each
     config = GRPOConfig.from_dict({**json.loads(config_json), "output_dir": None, "checkpoint_every": 0,
                                    "eval_size": 0})
-    sampler = AsyncGRPOTrainer(config)
+    with warnings.catch_warnings():                               # the trainer process gave them already
+        warnings.simplefilter("ignore")
+        sampler = AsyncGRPOTrainer(config)
     board = WeightBoard(folder)
     (Path(folder) / "batches").mkdir(exist_ok=True)
 
@@ -92,7 +161,12 @@ def sampler_main(config_json, folder, first_step, last_step, trainer_pid, wait_s
         if free_running:                    # staleness t − 1 − v may not pass max_staleness: v ≥ t − 1 − S
             plan = [newest(max(0, step - 1 - config.max_staleness))]
         rollout, tags = sampler.draw(step, prompts, weights=published, plan=plan)
-        save_batch(_batch_path(folder, step), rollout, {**tags, "draw_started": started, "draw_ended": time.time()})
+        try:
+            save_batch(_batch_path(folder, step), rollout,
+                       {**tags, "draw_started": started, "draw_ended": time.time()})
+        except (OSError, SafetensorError) as err:
+            print(f"sampler: cannot write step {step}'s batch into {folder}: {err}", file=sys.stderr)
+            sys.exit(5)
 
 
 class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
@@ -104,6 +178,11 @@ class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
     """
 
     def __init__(self, config=None, *, wait_s=300.0, free_running=False, **kwargs):
+        _refuse_in_spawned_import()
+        if not isinstance(free_running, bool):
+            _checks.fail("free_running", f"must be True or False, got {free_running!r}",
+                         "pass free_running=True (the sampler runs ahead) or False (a fixed lag)")
+        self.free_running = free_running                          # read by AsyncGRPOTrainer's checks
         if kwargs.get("model") is not None or kwargs.get("train_rows") is not None:
             _checks.fail("model" if kwargs.get("model") is not None else "train_rows", "cannot reach the sampler "
                          "process, which builds its own copy from the config", "name the model and prompts in the "
@@ -113,27 +192,65 @@ class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
         if free_running and self.config.max_staleness is None:
             _checks.fail("max_staleness", "is None, and a free-running sampler needs a bound on how far ahead it may "
                          "draw", "set max_staleness (TRL's default is 4), or free_running=False for a fixed lag")
-        self.free_running = free_running
         self.wait_s = wait_s
         self.process = None
         self.exchange = None
         self.timeline = []          # (step, drawn by version, draw start, draw end, train start, train end)
 
     def _start_sampler(self):
-        import multiprocessing
-
-        self.exchange = Path(tempfile.mkdtemp(prefix="grpo-async-"))
-        board = WeightBoard(self.exchange)
-        for v in self.board.versions():                          # what the sampler may need, as files
-            self._write_version(board, v)
+        clean_stale_exchanges()                                   # left by a trainer killed outright
+        self.exchange = Path(tempfile.mkdtemp(prefix=EXCHANGE_PREFIX))
+        try:
+            (self.exchange / OWNER_FILE).write_text(json.dumps({"pid": os.getpid()}), encoding="utf-8")
+            board = WeightBoard(self.exchange)
+            for v in self.board.versions():                      # what the sampler may need, as files
+                self._write_version(board, v)
+        except (OSError, SafetensorError) as err:
+            shutil.rmtree(self.exchange, ignore_errors=True)
+            self.exchange = None
+            raise self._exchange_full(err) from None
         self.board = board
         context = multiprocessing.get_context("spawn")
         process = context.Process(
             target=sampler_main, daemon=True,
             args=(json.dumps(self.config.to_dict()), str(self.exchange), self.step_count + 1,
                   self.schedule.total_steps, os.getpid(), self.wait_s, self.free_running))
-        process.start()
+        previous = os.environ.get("GRPO_EDU_EXCHANGE")
+        os.environ["GRPO_EDU_EXCHANGE"] = str(self.exchange)     # where a refused re-import says why
+        try:
+            process.start()
+        finally:
+            if previous is None:
+                os.environ.pop("GRPO_EDU_EXCHANGE", None)
+            else:
+                os.environ["GRPO_EDU_EXCHANGE"] = previous
         self.process = process
+
+    def _exchange_full(self, err):
+        return ExchangeError(f"exchange: the folder {self.exchange or tempfile.gettempdir()} could not take the "
+                             f"published weights ({err}). Fix: free space in TMPDIR, or point TMPDIR at a disk with "
+                             "room for lag + 2 copies of the model, then resume")
+
+    def _publish(self, version):
+        if self.exchange is None:
+            return super()._publish(version)
+        try:
+            super()._publish(version)
+        except (OSError, SafetensorError) as err:
+            error = self._exchange_full(err)
+            self._stop_sampler()                                  # the versions written so far, into memory
+            self.board.publish(version, self.model)               # and this one, so a checkpoint can keep it
+            raise error from None
+
+    def _sampler_error(self):
+        """What the sampler process said before it ended (its error, or its exit code's meaning)."""
+        path = None if self.exchange is None else self.exchange / ERROR_FILE
+        if path is not None and path.exists():
+            return path.read_text(encoding="utf-8")
+        code = self.process.exitcode
+        if code is not None and code < 0:
+            return f"killed by signal {-code}"
+        return EXIT_REASONS.get(code, "its error is on stderr above")
 
     def _oldest_needed(self):
         if self.free_running:                # batch t + 1 may be drawn by version t − max_staleness at the oldest
@@ -169,7 +286,7 @@ class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
         while not path.exists():
             if not self.process.is_alive():
                 raise SamplerDied(f"the sampler process ended (exit code {self.process.exitcode}) before it drew "
-                                  f"step {step}'s batch")
+                                  f"step {step}'s batch ({self._sampler_error()})")
             if time.monotonic() > deadline:
                 raise SamplerDied(f"the sampler process drew nothing for step {step} within wait_s = {self.wait_s} s")
             time.sleep(POLL_S)
@@ -196,15 +313,31 @@ class TwoProcessGRPOTrainer(AsyncGRPOTrainer):
     def train(self, *, resume_from=None, overwrite=False, progress=True):
         """GRPOTrainer.train with the sampler process started at the first step and stopped at the end. A sampler
         that dies raises :class:`SamplerDied` after saving the steps done (with ``output_dir``)."""
+        _refuse_in_spawned_import()
+        previous = self._handle_sigterm()
         try:
             return super().train(resume_from=resume_from, overwrite=overwrite, progress=progress)
-        except SamplerDied as err:
+        except (SamplerDied, ExchangeError) as err:
             self._stop_sampler()
             saved = ""
             if self.config.output_dir and self.step_count:
                 path = self.save_checkpoint()
                 saved = (f"; the {self.step_count} steps done are saved in {path}: continue with "
                          f"train(resume_from={str(self.config.output_dir)!r})")
-            raise SamplerDied(f"{err}{saved}") from None
+            raise type(err)(f"{err}{saved}") from None
         finally:
             self._stop_sampler()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    @staticmethod
+    def _handle_sigterm():
+        """While training, SIGTERM (``kill PID``) ends the run as Ctrl-C does, so the exchange folder and the
+        output_dir's lock are removed on the way out. Returns the handler to put back (None off the main thread)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def stop(signum, frame):
+            raise SystemExit(128 + signum)
+
+        return signal.signal(signal.SIGTERM, stop)

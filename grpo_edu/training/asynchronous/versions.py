@@ -9,13 +9,20 @@ Both travel as safetensors files (no pickle): ``weights/v000003.safetensors`` an
 Each file is written under a temporary name and renamed, so a reader never sees half a file.
 """
 
+import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
+import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 
+from grpo_edu.common import _checks
 from grpo_edu.training.rollouts.rollout import Rollout
+
+_WEIGHTS_NAME = re.compile(r"v(\d{6,})\.safetensors")
 
 
 def draw_version(step, lag):
@@ -67,14 +74,30 @@ class WeightBoard:
         return version in self._memory if self.folder is None else self.path(version).exists()
 
     def load(self, version):
+        """Version ``version``'s state dict. From a file, the version written in the file's metadata must be
+        ``version``: a file renamed or copied over another version's is refused, not used under the wrong number."""
         if self.folder is None:
             return self._memory[version]
-        return load_file(str(self.path(version)))
+        path = self.path(version)
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                stored = (f.metadata() or {}).get("version")
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as err:
+            _checks.fail("version", f"{path} cannot be read as version {version}'s weights ({err})",
+                         "start the run again, or resume it from its last checkpoint", error=ExchangeError)
+        if stored != str(version):
+            _checks.fail("version", f"{path} holds the weights of version {stored!r}, not {version} (its metadata says "
+                         "so): a file renamed or copied over another version's", "start the run again, or resume it "
+                         "from its last checkpoint; never rename the exchange folder's files", error=ExchangeError)
+        return state
 
     def versions(self):
+        """The versions published, oldest first (files whose name is not ``v<number>.safetensors`` are skipped)."""
         if self.folder is None:
             return sorted(self._memory)
-        return sorted(int(p.stem[1:]) for p in self.folder.glob("v*.safetensors"))
+        return sorted(int(m.group(1)) for p in self.folder.glob("v*.safetensors")
+                      if (m := _WEIGHTS_NAME.fullmatch(p.name)))
 
     def forget_before(self, version):
         """Drop the versions older than ``version`` (no batch will be drawn from them any more)."""
@@ -83,6 +106,22 @@ class WeightBoard:
                 del self._memory[v]
             else:
                 self.path(v).unlink(missing_ok=True)
+
+
+class ExchangeError(ValueError):
+    """A file of the exchange between the trainer and the sampler is damaged, holds another version, or cannot be
+    written (a full disk)."""
+
+
+def fingerprint(state):
+    """A short hash of a state dict's names, dtypes, shapes and values: saved beside a checkpoint's versions, so that
+    weights moved to another version's place are found on resume."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
 
 
 _TENSORS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs")
@@ -101,9 +140,13 @@ def save_batch(path, rollout, tags):
 
 def load_batch(path, device="cpu"):
     """The batch :func:`save_batch` wrote: ``(rollout, tags)``."""
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads(f.metadata()["batch"])
-    tensors = load_file(str(path), device=str(device))
-    rollout = Rollout(prompts=meta["prompts"], num_generations=meta["num_generations"],
-                      completions=meta["completions"], **tensors)
-    return rollout, meta["tags"]
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads((f.metadata() or {})["batch"])
+        tensors = load_file(str(path), device=str(device))
+        rollout = Rollout(prompts=meta["prompts"], num_generations=meta["num_generations"],
+                          completions=meta["completions"], **{name: tensors[name] for name in _TENSORS})
+        return rollout, meta["tags"]
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError) as err:
+        _checks.fail("batch", f"{path} is not a batch the sampler wrote ({type(err).__name__}: {err})",
+                     "start the run again, or resume it from its last checkpoint", error=ExchangeError)

@@ -299,7 +299,7 @@ def _chat_setup(task, vocab_size, max_positions):
     """A chat task's tokenizer (a BPE trained on its text, :mod:`chat_tokenizer`), its train demonstrations and
     held-out rows with the questions rendered by the chat template, and the answer's token budget."""
     tokenizer = train_chat_tokenizer(corpus(task), vocab_size)
-    train_rows = render_prompts(tokenizer, task, task.demonstrations("train"))
+    train_rows = render_prompts(tokenizer, task, task.demonstrations("train"), demonstrations=True)
     heldout = {task.name: render_prompts(tokenizer, task, task.split("heldout"))}
     longest = max(len(tokenizer(r["prompt"])["input_ids"]) + len(tokenizer(r["answer"])["input_ids"]) + 1
                   for r in train_rows)                                            # prompt, answer, end token

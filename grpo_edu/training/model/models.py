@@ -14,6 +14,7 @@ sampling traceback later).
 """
 
 import errno
+import json
 import os
 import re
 import socket
@@ -152,11 +153,12 @@ def _check_model_dir(path, arg="model"):
             _checks.fail(arg, f"{weights} {problem}", fix)
 
 
-def locate_model(name_or_path):
+def locate_model(name_or_path, *, arg="model"):
     """Where to load ``name_or_path`` from: ``(source, info)``.
 
     ``info["kind"]`` is "bundled", "folder", "run" (a run's output folder: ``info["checkpoint"]``
-    is its latest checkpoint) or "hub". Local folders are checked here (see the module doc).
+    is its latest checkpoint) or "hub". Local folders are checked here (see the module doc), for every
+    model the course loads (the policy, a reward model's backbone, …); errors name ``arg``.
     """
     from grpo_edu.training.runs import checkpoint as ckpt
 
@@ -168,25 +170,26 @@ def locate_model(name_or_path):
         return str(calc_model_dir()), {"kind": "bundled"}
     if name_or_path == BUNDLED_WORDS_MODEL:
         return str(words_model_dir()), {"kind": "bundled"}
+    name_or_path = str(name_or_path)
     path = Path(name_or_path).expanduser()
     broken = broken_link(path)
     if broken:
-        _checks.fail("model", f"{path} {broken}", "point it at the model folder itself (ls -l shows where a link goes)")
+        _checks.fail(arg, f"{path} {broken}", "point it at the model folder itself (ls -l shows where a link goes)")
     if path.is_dir():
         if not (path / "config.json").exists() and ((path / ckpt.LATEST).exists() or ckpt.checkpoint_folders(path)):
-            folder, _ = ckpt.find_checkpoint(path, arg="model")
-            _check_model_dir(folder)
+            folder, _ = ckpt.find_checkpoint(path, arg=arg)
+            _check_model_dir(folder, arg)
             return str(folder), {"kind": "run", "checkpoint": str(folder)}
-        _check_model_dir(path)
+        _check_model_dir(path, arg)
         return str(path), {"kind": "folder"}
     if path.exists():
-        _checks.fail("model", f"{path} is a file, not a model directory", "pass the folder that holds config.json")
+        _checks.fail(arg, f"{path} is a file, not a model directory", "pass the folder that holds config.json")
     if _looks_like_path(name_or_path):
-        _checks.fail("model", f"no such folder {name_or_path!r} (relative paths start from {os.getcwd()})",
+        _checks.fail(arg, f"no such folder {name_or_path!r} (relative paths start from {os.getcwd()})",
                      "check the path, or pass 'bundled' for the course's model")
     offline = hub_unreachable()
     if offline:
-        _checks.fail("model", f"no such folder {name_or_path!r} (relative paths start from {os.getcwd()}), and it "
+        _checks.fail(arg, f"no such folder {name_or_path!r} (relative paths start from {os.getcwd()}), and it "
                      f"cannot be a hub name now: {offline}",
                      "check the path, or pass 'bundled'; to download a hub model, connect to the internet")
     return name_or_path, {"kind": "hub"}  # a hub name such as "Qwen/Qwen2.5-0.5B-Instruct"
@@ -221,9 +224,47 @@ def no_hub_kernels():
     return {"use_kernels": False} if hasattr(PreTrainedModel, "set_use_kernels") else {}
 
 
+def load_kwargs():
+    """The ``from_pretrained`` keywords of every model the course loads: safetensors only (a pickle is never
+    opened, from a folder or the hub: unpickling can run code), and PyTorch's own layers (:func:`no_hub_kernels`)."""
+    return {"use_safetensors": True, **no_hub_kernels()}
+
+
+def load_tokenizer(source, *, trust_remote_code=False, arg="model"):
+    """``AutoTokenizer.from_pretrained(source)``, with what stops it named: a folder whose tokenizer asks to run its
+    own code (``auto_map``) without ``trust_remote_code``, and a damaged tokenizer file (cut short, not UTF-8,
+    a vocabulary that does not hold its own merges), each naming the folder's tokenizer files and the fix."""
+    from transformers import AutoTokenizer
+
+    folder = Path(source)
+    files = [name for name in TOKENIZER_FILES if (folder / name).is_file()] if folder.is_dir() else []
+    if files and not trust_remote_code:
+        try:
+            config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            config = {}                          # missing or damaged: from_pretrained names it below
+        if isinstance(config, dict) and config.get("auto_map"):
+            _checks.fail(arg, f"{folder / 'tokenizer_config.json'} asks to run the folder's own Python code for its "
+                         f"tokenizer (auto_map: {config['auto_map']!r}), which grpo_edu never runs unasked",
+                         "use a tokenizer class transformers ships (drop auto_map, keep tokenizer.json), or, for "
+                         "code you have read, pass trust_remote_code (--trust-remote-code)")
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except OSError:
+        raise                                    # a missing folder or hub name: the callers name it
+    except Exception as err:                     # JSONDecodeError, UnicodeDecodeError, the tokenizers library's own
+        if not files:
+            raise
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        _checks.fail(arg, f"the tokenizer in {folder} cannot be read ({', '.join(files)}: "
+                     f"{type(err).__name__}: {first_line})", "copy the model's tokenizer files again from where "
+                     "they came (a cut or edited tokenizer.json is the usual cause), or save them with "
+                     "tokenizer.save_pretrained")
+
+
 def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_remote_code=False):
     """Load (model, tokenizer) in float32 on ``device``, with a pad token set."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one tqdm bar (the trainer's) is enough
@@ -233,10 +274,8 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
                       "repository ships (modeling_*.py, tokenizer code) with your permissions; use it only for a "
                       "model whose code you have read or whose author you trust", stacklevel=2)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code,
-                                                     use_safetensors=True,    # never pickle, from the hub either
-                                                     **no_hub_kernels())
+        tokenizer = load_tokenizer(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, **load_kwargs())
     except OSError as err:
         first_line = (str(err).strip().splitlines() or [""])[0]   # whole, not cut mid-URL
         _checks.fail("model", f"could not load {name_or_path!r} ({err.__class__.__name__}: {first_line})",
@@ -250,13 +289,13 @@ def load_model_and_tokenizer(name_or_path=BUNDLED_MODEL, *, device="cpu", trust_
     return model, tokenizer
 
 
-def check_finite_weights(model, source="the model"):
+def check_finite_weights(model, source="the model", arg="model"):
     """Refuse a model any of whose weights is NaN or ±∞ (a damaged file, or a run that diverged)."""
     import torch
 
     for name, param in model.named_parameters():
         if not bool(torch.isfinite(param).all()):
             bad = int((~torch.isfinite(param)).sum())
-            _checks.fail("model", f"{source} has NaN or infinite weights ({bad} of {param.numel()} in {name}): "
+            _checks.fail(arg, f"{source} has NaN or infinite weights ({bad} of {param.numel()} in {name}): "
                          "its file is damaged, or it was saved from a run that diverged",
                          "load an earlier checkpoint of the run, or the bundled model ('bundled')")

@@ -20,11 +20,25 @@ from grpo_edu.training.rollouts import engine
 
 
 def check_pairs(pairs, arg="pairs"):
-    """Refuse an empty set, a pair without its fields, or a pair whose chosen and rejected are the same text."""
+    """Refuse an empty set, a pair that is not a dict or lacks its fields, a pair whose chosen and rejected are
+    the same text, or margins on some pairs only.
+
+    A margin is a column, as in TRL's preference datasets (``datasets`` columns are all rows' or none's): every
+    pair carries one, or none does. Missing is never read as 0, since a pair without one in a set with margins is
+    more likely a mistake than a claim that the two answers are equally far apart."""
     if not isinstance(pairs, (list, tuple)) or not pairs:
         _checks.fail(arg, "is empty: there is nothing to learn a preference from",
                      "pass at least one pair {'prompt', 'chosen', 'rejected'} (sample_pairs makes them)")
+    with_margin = [isinstance(pair, dict) and "margin" in pair for pair in pairs]
     for i, pair in enumerate(pairs):
+        if not isinstance(pair, dict):
+            _checks.fail(f"{arg}[{i}]", f"is a {type(pair).__name__}, not a dict",
+                         "give each pair as {'prompt': …, 'chosen': …, 'rejected': …}")
+        if any(with_margin) and not with_margin[i]:
+            first = with_margin.index(True)
+            _checks.fail(f"{arg}[{i}].margin", f"is missing, while {arg}[{first}] has one: margins are a column, on "
+                         "every pair or on none", "give every pair a margin (0.0 where the answers are only "
+                         "ordered), or drop margin from all of them")
         missing = [k for k in ("prompt", "chosen", "rejected") if not isinstance(pair.get(k), str)]
         if missing:
             _checks.fail(f"{arg}[{i}]", f"has no text for {missing}", "give each pair a prompt, chosen and rejected")

@@ -12,7 +12,7 @@ Several models make an ensemble (Coste et al. 2023, "Reward Model Ensembles Help
 import torch
 
 from grpo_edu.common import _checks
-from grpo_edu.training.reward_models.reward_model import check_reward_model, score
+from grpo_edu.training.reward_models.reward_model import check_reward_model, check_tokenizer_matches, score
 
 COMBINE = ("mean", "min")
 
@@ -29,6 +29,7 @@ class RewardModelReward:
             _checks.fail("models", "is empty", "pass at least one reward model")
         for i, m in enumerate(self.models):
             check_reward_model(m, arg=f"models[{i}]")
+            check_tokenizer_matches(m, tokenizer)          # another model's tokenizer: other words, or IndexError
             m.eval()
             m.requires_grad_(False)                      # the reward is fixed while the policy trains
         self.tokenizer = tokenizer

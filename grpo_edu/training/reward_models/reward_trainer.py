@@ -15,7 +15,9 @@ import torch
 from grpo_edu.common import _checks
 from grpo_edu.core.preference import bradley_terry_loss
 from grpo_edu.training.reward_models.preference_data import check_pairs
-from grpo_edu.training.reward_models.reward_model import check_reward_model, score_ids, text_ids
+from grpo_edu.training.reward_models.reward_model import (check_reward_model, check_tokenizer_matches, score_ids,
+                                                         text_ids)
+from grpo_edu.training.trainers.config import LIMITS, _in_range
 
 
 def pair_rewards(model, tokenizer, pairs):
@@ -27,7 +29,9 @@ def pair_rewards(model, tokenizer, pairs):
 
 
 def pair_loss(model, tokenizer, pairs, *, center_rewards_coefficient=None):
-    """The BT loss on ``pairs`` (with each pair's ``margin`` when the pairs carry one); ``(loss, info)``."""
+    """The BT loss on ``pairs`` (with each pair's ``margin`` when the pairs carry one: all do, or none,
+    :func:`check_pairs`); ``(loss, info)``."""
+    pairs = check_pairs(pairs)
     rewards_chosen, rewards_rejected = pair_rewards(model, tokenizer, pairs)
     margin = None
     if "margin" in pairs[0]:
@@ -42,10 +46,12 @@ def train_reward_model(model, tokenizer, pairs, *, epochs=4, batch_size=32, lear
 
     ``history``: one dict per step, ``{"step", "loss", "accuracy", "margin"}`` (TRL's names)."""
     check_reward_model(model)
+    check_tokenizer_matches(model, tokenizer)
     pairs = check_pairs(pairs)
     _checks.positive_int("epochs", epochs)
     _checks.positive_int("batch_size", batch_size)
     _checks.positive_float("learning_rate", learning_rate)
+    _in_range("learning_rate", learning_rate, *LIMITS["learning_rate"])   # the policy's bound: 5.0 diverges
     order = random.Random(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     model.train()

@@ -54,6 +54,10 @@ whole call); "drop" leaves, and the live rows move to the front of a smaller buc
 computed, one gather and, on a GPU, one more graph)."""
 
 
+MAX_BUCKET = 1 << 16
+"""The largest bucket :class:`DecodeSettings` takes: 65,536 rows, far past any sampling batch (B·G)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeSettings:
     """How the engine's decode steps run (``engine.generate(decoding=...)``); the default is the engine as it was."""
@@ -69,6 +73,9 @@ class DecodeSettings:
     """What a finished row does (:data:`FINISHED`)."""
 
     def __post_init__(self):
+        for name in ("static_cache", "cuda_graphs"):              # 'no' or 'yes' would read as on
+            if not isinstance(getattr(self, name), bool):
+                _checks.fail(name, f"must be True or False, got {getattr(self, name)!r}", f"pass {name}=True or False")
         if self.cuda_graphs and not self.static_cache:
             _checks.fail("cuda_graphs", "a CUDA graph replays fixed shapes, so it needs the static cache",
                          "pass static_cache=True as well (gpu_run: --cuda-graphs turns on --static-cache)")
@@ -77,6 +84,10 @@ class DecodeSettings:
                 or list(buckets) != sorted(set(buckets))):
             _checks.fail("buckets", f"{self.buckets!r} is not a list of increasing positive batch sizes",
                          "pass e.g. (8, 16, 32)")
+        if buckets[-1] > MAX_BUCKET:                               # a cache that size fails to allocate, late
+            _checks.fail("buckets", f"holds {buckets[-1]:,}, but a bucket is a batch's rows, each holding a slot of "
+                         f"the cache for every layer: at most {MAX_BUCKET:,}", "pass the batch sizes the sampler "
+                         "draws (B·G rows), e.g. (8, 16, 32)")
         object.__setattr__(self, "buckets", buckets)
         if self.finished not in FINISHED:
             _checks.fail("finished", f"{self.finished!r} is not one of {FINISHED}", "pass 'mask' or 'drop'")

@@ -22,7 +22,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail, number_range, positive_int, split_sizes
 from grpo_edu.training.task.sums import final_answer
 
 SPLITS = ("train", "heldout")
@@ -50,6 +50,12 @@ class CalcTask:
     seed: int = 2468
     uses_calculator = True
     """Its answers are sampled and scored with ``tools.Tool()`` (the calculator) in the loop."""
+
+    def __post_init__(self):
+        positive_int("max_digits", self.max_digits, fix="pass the most digits a term may have, 1 or more")
+        terms = 10 ** self.max_digits - 1                    # 1 … 10^D − 1
+        split_sizes(self.heldout_size, self.train_size, terms * terms,
+                    what=f"pairs of terms of up to {self.max_digits} digits", more="allow more digits")
 
     def split(self, split: str, n: int | None = None) -> list[dict]:
         """Rows ``{"prompt", "answer"}`` of ``split`` (the first ``n`` if given; already shuffled)."""

@@ -31,7 +31,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail, number_range, positive_int, split_sizes
 
 SPLITS = ("train", "heldout")
 FORMAT = re.compile(r"^(?:\d+\+\d+=\d+(?:;\d+\+\d+=\d+)*)?#\d+$")
@@ -82,6 +82,16 @@ class SumsTask:
     heldout_size: int = 500
     train_size: int = 20_000
     seed: int = 4321
+
+    def __post_init__(self):
+        number_range(self.low, self.high)
+        positive_int("min_terms", self.min_terms, fix="pass the fewest numbers a prompt adds, 1 or more")
+        positive_int("max_terms", self.max_terms, minimum=self.min_terms,
+                     fix=f"pass the most numbers a prompt adds, at least min_terms ({self.min_terms})")
+        n = self.high - self.low + 1
+        split_sizes(self.heldout_size, self.train_size, sum(n ** k for k in range(self.min_terms, self.max_terms + 1)),
+                    what=f"sums of {self.min_terms} to {self.max_terms} numbers in [{self.low}, {self.high}]",
+                    more="widen [low, high] or allow more terms")
 
     def split(self, split: str, n: int | None = None) -> list[dict]:
         """Rows ``{"prompt", "answer"}`` of ``split`` (the first ``n`` if given; already shuffled)."""

@@ -75,15 +75,13 @@ def check_model_writes_task(tokenizer, task, tool=None, *, model="model", arg="m
 def check_model_for_task(model, task, tool=None, *, trust_remote_code=False, arg="model"):
     """:func:`check_model_writes_task` for a model given by name or folder, reading its tokenizer alone (no
     weights load), so the refusal comes before any work."""
-    from transformers import AutoTokenizer
-
-    from grpo_edu.training.model.models import locate_model
+    from grpo_edu.training.model.models import load_tokenizer, locate_model
 
     source, info = locate_model(model)
     if info["kind"] == "hub":                  # a hub model's tokenizer is the loader's to fetch and check
         return
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError):              # the model's own loader names what is wrong with the folder
+    try:                                       # a damaged tokenizer file, or one asking to run code: named here
+        tokenizer = load_tokenizer(source, trust_remote_code=trust_remote_code)
+    except OSError:                            # the model's own loader names what is wrong with the folder
         return
     check_model_writes_task(tokenizer, task, tool, model=model, arg=arg)

@@ -25,7 +25,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail, number_range, positive_int, split_sizes
 
 SPLITS = ("train", "heldout")
 PROMPT_FILE_TYPES = (".json", ".jsonl", ".csv")
@@ -61,6 +61,13 @@ class ArithmeticTask:
     """Only pairs with ``a ≥ b`` (subtraction without negative answers)."""
     seed: int = 1234
     """Seed of the shuffle; part of the task's identity, not a training knob."""
+
+    def __post_init__(self):
+        choice("op", self.op, ("+", "-"))
+        number_range(self.low, self.high)
+        n = self.high - self.low + 1
+        split_sizes(self.heldout_size, self.train_size, n * (n + 1) // 2 if self.ordered else n * n,
+                    what=f"operand pairs in [{self.low}, {self.high}]", more="widen [low, high]")
 
     def split(self, split: str, n: int | None = None) -> list[dict]:
         """Rows ``{"prompt", "answer"}`` of ``split``; the first ``n`` of them if given.

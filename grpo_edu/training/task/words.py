@@ -26,7 +26,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from grpo_edu.common._checks import choice, fail, positive_int
+from grpo_edu.common._checks import choice, fail, number_range, positive_int, split_sizes
 
 SPLITS = ("train", "heldout")
 SYSTEM_PROMPT = "Think, then answer: <think>working</think><answer>number</answer>"
@@ -62,10 +62,45 @@ def solution(a: int, op: str, b: int) -> str:
     return f"<think>{working(a, op, b)}</think><answer>{a + b if op == '+' else a - b}</answer>"
 
 
+REFERENCE = re.compile(r"\s*([+-]?)(\d+)(?:\.(\d+))?\s*")
+"""A reference answer: an integer, or a number with a decimal part (``7.0``, a CSV's or JSON's float)."""
+
+
+def _integer_text(sign: str, digits: str) -> str:
+    """An integer written one way: no ``+``, no leading zeros, ASCII digits, ``-0`` as ``0``. Digit by digit, so a
+    number of any length is read (``int()`` refuses past 4,300 digits)."""
+    import unicodedata
+
+    digits = "".join(str(unicodedata.digit(c)) for c in digits).lstrip("0") or "0"
+    return digits if digits == "0" or sign != "-" else "-" + digits
+
+
 def tagged_answer(completion: str) -> str | None:
     """The integer inside the last ``<answer>…</answer>`` (spaces around it allowed), or None."""
     found = ANSWER_TAG.findall(completion)
-    return str(int(found[-1])) if found else None
+    if not found:
+        return None
+    return _integer_text("-" if found[-1].startswith("-") else "", found[-1].lstrip("-"))
+
+
+def reference_answer(answer) -> str | None:
+    """A reference answer as the integer the tag must hold: ``"7"``, ``7``, ``" 7 "``, ``"7.0"`` and ``7.0`` all give
+    ``"7"`` (a dataset's numbers often arrive as floats). None when it is no whole number (``"7.5"``, ``"seven"``):
+    no integer in a tag can equal it (:func:`check_reference_answers` refuses such rows up front)."""
+    found = REFERENCE.fullmatch(str(answer))
+    if found is None or (found.group(3) or "0").strip("0"):
+        return None
+    return _integer_text(found.group(1), found.group(2))
+
+
+def check_reference_answers(answers) -> None:
+    """Refuse, naming the first, reference answers that are not whole numbers: the words task's answers are
+    integers in ``<answer>`` tags, so such a row's reward would be 0 whatever the model wrote."""
+    for i, a in enumerate(answers):
+        if reference_answer(a) is None:
+            fail(f"answer (row {i})", f"is {a!r}, not a whole number, so no <answer>N</answer> can ever match it "
+                 "and every reward on that row would be 0", "write each answer as an integer ('7'; '7.0' is "
+                 "read as 7), or use a task whose answers may be other numbers")
 
 
 @dataclass(frozen=True)
@@ -89,6 +124,11 @@ class WordsTask:
     max_completion_tokens: int = 24
     """New tokens a sampled answer may take: the longest worked answer is 17 tokens of the bundled BPE, then
     ``<|im_end|>``; the rest is room to ramble, so an answer that never ends is cut here."""
+
+    def __post_init__(self):
+        number_range(self.low, self.high, fix_low="pass the smallest count, 0 or more (a count is never negative)")
+        split_sizes(self.heldout_size, self.train_size, distinct_questions(self.low, self.high),
+                    what=f"questions with numbers in [{self.low}, {self.high}]", more="widen [low, high]")
 
     def split(self, split: str, n: int | None = None) -> list[dict]:
         """Rows ``{"prompt", "answer"}`` of ``split`` (the first ``n`` if given; already shuffled)."""
@@ -126,12 +166,19 @@ class WordsTask:
         return len(solution(self.high, "+", self.high))
 
     def is_correct(self, completion: str, answer: str) -> bool:
-        """The integer in the last ``<answer>`` tag equals the answer (a number elsewhere counts for nothing)."""
-        return tagged_answer(completion) == str(answer).strip()
+        """The integer in the last ``<answer>`` tag equals the answer (a number elsewhere counts for nothing); the
+        answer is read as a number, so ``"7.0"`` is 7 (:func:`reference_answer`)."""
+        expected = reference_answer(answer)
+        return expected is not None and tagged_answer(completion) == expected
 
     def well_formed(self, completion: str) -> bool:
         """``<think>…</think><answer>N</answer>`` and nothing else: :data:`FORMAT`."""
         return bool(FORMAT.match(completion.strip()))
+
+    def check_rows(self, rows: list[dict]) -> None:
+        """Refuse rows whose ``answer`` no tag can match (:func:`check_reference_answers`); the trainer runs it on
+        every row before training (``chat_tokenizer.render_prompts``)."""
+        check_reference_answers([r["answer"] for r in rows if "answer" in r])
 
     def reward(self, prompts: list, completions: list[str], answer: list[str], **kwargs) -> list[float]:
         """1.0 for each correct completion, else 0.0 (TRL's reward-function protocol)."""
@@ -159,6 +206,15 @@ def question(rng: random.Random, low: int, high: int) -> tuple[str, str, str]:
         item, unit = rng.choice(ITEMS_ZH)
         text = sentence.format(name=rng.choice(NAMES_ZH), item=item, unit=unit, a=a, b=b)
     return text, str(a + b if op == "+" else a - b), solution(a, op, b)
+
+
+def distinct_questions(low: int, high: int) -> int:
+    """How many different questions :func:`question` can write with numbers in ``[low, high]``: each
+    sentence × name × item, times the number pairs (every ordered pair for ``+``, ``a ≥ b`` for ``−``)."""
+    n = high - low + 1
+    pairs = {"+": n * n, "-": n * (n + 1) // 2}
+    fillers = {"en": len(NAMES_EN) * len(ITEMS_EN), "zh": len(NAMES_ZH) * len(ITEMS_ZH)}
+    return sum(len(sentences) * fillers[language] * pairs[op] for (language, op), sentences in TEMPLATES.items())
 
 
 @functools.cache

@@ -8,8 +8,11 @@ and it must be trained like any other. TRL 1.16 builds the same mask (``_generat
 
 Two ways to get it wrong, both seen in real runs:
 
-* ``pad_token = eos_token`` and a mask built as ``ids != pad_token_id`` (:func:`padding_mask`): every end
-  token is taken for padding and leaves the loss, so the model is never taught to stop (lesson 16's clinic);
+* ``pad_token = eos_token`` and a mask built as ``ids != pad_token_id`` (:func:`padding_mask`; transformers'
+  ``DataCollatorForLanguageModeling`` and many hand-written loops build it so): every end token is taken for
+  padding and leaves the loss, so the end token gets no gradient of its own. (In GRPO the words model still learned
+  to stop, through the tokens before the end: lesson 16, case (b). TRL 1.16's trainers set pad = eos themselves
+  and are unaffected: their masks come from lengths and positions, not ids.)
 * the template's tokens in the loss: the generation prompt ``<|im_start|>assistant\\n`` counted as the model's,
   so the loss pushes tokens the model never chose.
 
@@ -42,10 +45,11 @@ def completion_mask(completion_ids, end_token_id):
 
 
 def padding_mask(completion_ids, pad_token_id):
-    """(N, T) ``ids != pad_token_id``: the mask a data collator builds from padding. WRONG when the tokenizer's
-    pad token is its end token (``pad_token = eos_token``, a common one-line "fix" for a tokenizer without a pad
-    token): every end token is then masked out, and the model is never trained to write it. Kept here to be
-    measured (lesson 16's clinic); use :func:`completion_mask`."""
+    """(N, T) ``ids != pad_token_id``: the mask a collator builds from padding ids (transformers'
+    ``DataCollatorForLanguageModeling``: ``labels[labels == pad_token_id] = -100``). WRONG when the tokenizer's pad
+    token is its end token (``pad_token = eos_token``, a common one-line "fix" for a tokenizer without a pad
+    token): every end token is then masked out and gets no gradient of its own. Kept here to be measured (lesson
+    16's clinic); use :func:`completion_mask`."""
     return (completion_ids != pad_token_id).long()
 
 
@@ -57,11 +61,17 @@ def token_roles(tokenizer, messages, completion_ids=()):
     A token is a message's when its characters lie inside that message's content in the rendered text
     (the fast tokenizer's offsets); byte-level BPE never merges across the template's newlines or special
     tokens, so no token straddles the two."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    from grpo_edu.training.model.chat_tokenizer import render_chat
+
+    text, = render_chat(tokenizer, [messages], add_generation_prompt=True)      # bounded in time and size
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans, start = [], 0
-    for m in messages:                                          # each content's (start, end) in the text
-        at = text.index(m["content"], start)
+    for i, m in enumerate(messages):                            # each content's (start, end) in the text
+        at = text.find(m["content"], start)
+        if at < 0:                                              # the template trimmed or edited it
+            fail(f"messages[{i}]['content']", "is not written verbatim by the tokenizer's chat template (it trims "
+                 "or edits the content), so its tokens cannot be told from the template's",
+                 "pass content as the template writes it (e.g. without leading or trailing spaces)")
         spans.append((at, at + len(m["content"]), m["role"]))
         start = at + len(m["content"])
     roles = []

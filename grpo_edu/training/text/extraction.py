@@ -20,19 +20,33 @@ from __future__ import annotations
 
 import re
 
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
-"""The first ``<answer>…</answer>`` span (non-greedy, across lines)."""
+from grpo_edu.common._checks import fail
+
+OPEN, CLOSE = "<answer>", "</answer>"
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 """A number as the course's tasks write them: an optional minus, digits, an optional decimal part."""
 BARE_NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*")
 
 
+def first_tag(text):
+    """What the first ``<answer>…</answer>`` holds (the first ``<answer>``, up to the next ``</answer>``), or None.
+
+    Two ``str.find`` calls, so linear in the text: when the first ``<answer>`` has no ``</answer>`` after it, no
+    later one has either. (A regex search ``<answer>(.*?)</answer>`` gives the same span, but retries from every
+    ``<answer>`` to the end of the text: quadratic on a long run of unclosed tags, 14 s for 20,000 of them.)"""
+    start = text.find(OPEN)
+    if start < 0:
+        return None
+    end = text.find(CLOSE, start + len(OPEN))
+    return None if end < 0 else text[start + len(OPEN):end]
+
+
 def strict_answer(text):
     """The number inside the first ``<answer>`` tag when the tag holds nothing else; else None."""
-    tag = ANSWER_TAG.search(text)
-    if tag is None:
+    inside = first_tag(text)
+    if inside is None:
         return None
-    bare = BARE_NUMBER.fullmatch(tag.group(1))
+    bare = BARE_NUMBER.fullmatch(inside)
     return bare.group(1) if bare else None
 
 
@@ -49,8 +63,8 @@ def careful_answer(text, ended):
     ``</think>``. Two numbers where one is wanted, or none: None (no answer given)."""
     if not ended:
         return None
-    tag = ANSWER_TAG.search(text)
-    where = tag.group(1) if tag else text.split("</think>")[-1] if "</think>" in text else ""
+    tag = first_tag(text)
+    where = tag if tag is not None else text.split("</think>")[-1] if "</think>" in text else ""
     numbers = NUMBER.findall(where)
     return numbers[0] if len(numbers) == 1 else None
 
@@ -60,13 +74,18 @@ GRADERS = {"strict": strict_answer, "lenient": lenient_answer}
 
 
 def same_number(got, answer):
-    """Whether two numbers written as text are equal (``"7"``, ``"7.0"``): compared as numbers."""
+    """Whether two numbers written as text are equal (``"7"``, ``"7.0"``, ``" 7 "``): each must be a number as
+    :data:`NUMBER` writes it, and they are compared exactly, as decimals (``decimal.Decimal``). Not as floats: a
+    float keeps about 16 digits, so ``12345678901234567891`` would equal ``…890``, ``7.0000000000000001`` would
+    equal ``7``, and two 400-digit numbers would both be infinity."""
+    from decimal import Decimal
+
     if got is None:
         return False
-    try:
-        return float(got) == float(answer)
-    except ValueError:
+    got, answer = str(got).strip(), str(answer).strip()
+    if not (NUMBER.fullmatch(got) and NUMBER.fullmatch(answer)):
         return False
+    return Decimal(got) == Decimal(answer)
 
 
 def is_right(text, answer, grade="strict"):
@@ -83,6 +102,9 @@ def answer_reward(grade="strict"):
     from grpo_edu.training.text.chat import completion_text
 
     def reward(prompts, completions, answer, **kwargs):
+        if len(completions) != len(answer):
+            fail("answer", f"has {len(answer)} entries for {len(completions)} completions",
+                 "pass one reference answer per completion (repeat each answer G times)")
         return [float(is_right(completion_text(c), a, grade)) for c, a in zip(completions, answer)]
 
     reward.__name__ = f"{grade}_answer"
@@ -93,6 +115,9 @@ def grader_disagreement(texts, answers, ended):
     """Both grades on the same answers, against :func:`careful_answer` (``ended``: which answers wrote their end
     token). Returns ``(counts, info)``: ``counts[grade] = {"right_marked_wrong", "wrong_marked_right"}`` and
     ``info["disagree"]``, how many answers the two grades score differently."""
+    if not len(texts) == len(answers) == len(ended):
+        fail("ended", f"texts, answers and ended have {len(texts)}, {len(answers)} and {len(ended)} entries",
+             "pass one answer and one ended flag per text")
     counts, marks = {}, {}
     truth = [same_number(careful_answer(t, e), a) for t, a, e in zip(texts, answers, ended)]
     for grade, extract in GRADERS.items():

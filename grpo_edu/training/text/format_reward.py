@@ -2,8 +2,10 @@
 
 DeepSeek-R1's recipe pays a small format reward beside the answer's reward, so that the model keeps its working
 and its answer apart where a parser can find them. The regex decides what "the format" is, and a regex that
-wants more than the model writes pays nothing, ever: unsloth #2614 reports a format reward stuck at 0 because
-its pattern wanted a newline after each tag (:data:`NEWLINE_FORMAT`) that the model did not write. A reward
+wants other than the model writes pays nothing, ever: unsloth #1761 reports format rewards always 0 (a pattern
+without ``re.DOTALL``, broken by the newlines the model wrote inside the tags), dllm #118 a strict format that
+wants a newline after ``</answer>``, so an answer ending at the tag scores 0. :data:`NEWLINE_FORMAT` wants a
+newline after each tag, which the words model does not write. A reward
 that is 0 for every answer of every group gives every advantage 0 (lesson 03): GRPO learns nothing from it,
 and no error is raised. Lesson 16's clinic measures it; the cure is to check the regex on the model's own
 samples before training (:func:`match_share`).
@@ -16,8 +18,9 @@ import re
 FORMAT = re.compile(r"\s*<think>.*?</think>\s*<answer>.*?</answer>\s*", re.S)
 """The shape, whitespace allowed between and around the parts: what the course pays for."""
 NEWLINE_FORMAT = re.compile(r"<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>", re.S)
-"""The shape with a newline required after every opening tag and before every closing one: the pattern of
-unsloth #2614, which a model that writes ``<think>3+4=7</think><answer>7</answer>`` never matches."""
+"""The shape with a newline required after every opening tag and before every closing one (open-r1's format
+reward moved to such a pattern, its PR #418), which a model that writes ``<think>3+4=7</think><answer>7</answer>``
+never matches."""
 
 
 def format_reward(pattern=FORMAT, *, weight=1.0):

@@ -214,6 +214,11 @@ class GRPOConfig:
     off_policy_cap: float | None = None
     """C: the cap of the correction's weights π_prox/μ (above 1); None = its source's (token_tis 2.0 as verl,
     sequence_mask 3.0 as TRL, decoupled: no filter as AReaL by default)."""
+    mini_batches: int = 1
+    """Optimizer updates per sampled batch, each on its own 1/mini_batches of the batch's groups, in one pass
+    (AReaL's ``ppo_n_minibatches``, default 4; verl's ``train_batch_size / ppo_mini_batch_size``, 1024/256). From
+    the second update on π_θ has moved away from π_prox, the weights at the batch's start, so the clip against
+    π_prox binds. Asynchronous trainer only (lesson 18); batch_size must be a multiple of it. 1 = one update."""
     dynamic_sampling: bool = False
     """DAPO's dynamic sampling: drop the step's groups whose rewards are all equal (σ = 0, no signal) and sample
     more prompts until batch_size live groups are found, or max_sampling_rounds is reached (verl's
@@ -345,6 +350,12 @@ class GRPOConfig:
             _checks.positive_int("max_staleness", self.max_staleness, minimum=0,
                                  fix="pass how many updates old a batch may be (TRL's default 4; 0 keeps only "
                                      "on-policy batches), or None to keep every batch")
+        _checks.positive_int("mini_batches", self.mini_batches,
+                             fix="pass how many optimizer updates to split each batch into: 1, or e.g. 4 (AReaL's)")
+        if self.batch_size % self.mini_batches:
+            _checks.fail("mini_batches", f"is {self.mini_batches}, which does not divide batch_size "
+                         f"{self.batch_size}: each update takes whole groups, the same number each",
+                         f"pass a divisor of {self.batch_size}, or change batch_size")
         if self.off_policy_cap is not None:
             from grpo_edu.core.off_policy import _check_cap
 
@@ -414,8 +425,28 @@ class GRPOConfig:
                     unused.append(f"{name}={getattr(self, name)!r} sets the LoRA adapter, but lora_rank is None: "
                                   "this run fine-tunes every weight; pass lora_rank (e.g. 8) to train an adapter, "
                                   f"or leave {name} out")
+        if (_checks.is_finite_number(self.off_policy_cap) and self.off_policy_cap > 1
+                and self.off_policy_correction in ("none", "behaviour_clip")):
+            unused.append(f"off_policy_cap={self.off_policy_cap:g} caps the weights π_prox/μ, but "
+                          f"off_policy_correction={self.off_policy_correction!r} weighs no token; pass a correction "
+                          "with weights ('decoupled', 'token_tis' or 'sequence_mask'), or leave off_policy_cap out")
         for text in unused:
             warnings.warn(text, stacklevel=5)
+
+    def unused_without_lag(self):
+        """The asynchronous settings that do nothing when the sampler never lags (policy_lag 0 and no free-running
+        sampler): the texts of the warnings the trainers give."""
+        out = []
+        if self.max_staleness is not None:
+            out.append(f"max_staleness={self.max_staleness} drops batches staler than that, but with policy_lag=0 "
+                       "every batch is drawn by the trainer's own weights (staleness 0): it does nothing")
+        if self.off_policy_correction != "behaviour_clip" or self.off_policy_cap is not None:
+            out.append(f"off_policy_correction={self.off_policy_correction!r}"
+                       + ("" if self.off_policy_cap is None else f" with off_policy_cap={self.off_policy_cap:g}")
+                       + " corrects for a sampler that lags, but with policy_lag=0 the sampler is the trainer "
+                       "(π_prox/μ = 1): it does nothing")
+        return [f"{text}. Fix: set policy_lag ≥ 1 (or TwoProcessGRPOTrainer(free_running=True)), or leave it out"
+                for text in out]
 
     def _check_replay(self):
         from grpo_edu.training.trainers.replay import check_path, check_replay_ratio, warn_unadvised_ratio

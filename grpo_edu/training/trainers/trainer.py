@@ -101,6 +101,20 @@ def unchanged_reason(history):
     return None
 
 
+def no_signal_fix(history, num_generations):
+    """What to change when no step had a gradient (every group's answers scored alike, σ = 0): a fix, as a phrase.
+
+    Not an error: the run did what it was asked on a task that gave it nothing to learn from. A model that never
+    scored anything needs prompts it sometimes gets right; otherwise a larger G makes a group that holds both a
+    better and a worse answer likelier (lesson 03)."""
+    if all(row.get("reward_mean") == 0 for row in history):
+        return ("the model scored 0 on every answer: train on prompts it sometimes gets right (an easier task or "
+                "dataset, or a model warmed up on this one), or draw more answers per prompt (--num-generations, "
+                f"now {num_generations}) so that one of them is right")
+    return (f"draw more answers per prompt (--num-generations, now {num_generations}), so that a group more often "
+            "holds a better and a worse answer, or train on prompts the model gets right only sometimes")
+
+
 class GRPOTrainer(CheckpointedRun):
     """Train a causal LM with GRPO. ``train()`` runs the whole schedule; ``step()`` one step.
 
@@ -124,6 +138,13 @@ class GRPOTrainer(CheckpointedRun):
             _checks.fail("policy_lag", f"is {config.policy_lag}, but {type(self).__name__} samples with the policy it "
                          "trains (synchronous), so there is no lag to apply",
                          "use grpo_edu.training.asynchronous.AsyncGRPOTrainer for a lagging sampler, or policy_lag=0")
+        if not self.asynchronous:
+            if config.mini_batches != 1:
+                _checks.fail("mini_batches", f"is {config.mini_batches}, but {type(self).__name__} makes "
+                             "num_iterations updates on the whole batch", "use grpo_edu.training.asynchronous."
+                             "AsyncGRPOTrainer (or grpo-edu train --two-process), or mini_batches=1")
+            for text in config.unused_without_lag():          # asynchronous settings a synchronous run ignores
+                warnings.warn(text, stacklevel=2)
         self.task = task if task is not None else get_task(config.task)   # its checker scores "accuracy"
         source = train_rows if train_rows is not None else (config.dataset or self.task.split("train"))
         self.train_rows = load_prompts(source)                         # checks every row has a prompt
