@@ -80,8 +80,23 @@ CORRECT = {
     "14.1": lambda L, D, H, K, d, I, V, n, c: sum(L * (2 * (D * (H + 2 * K) * d + H * d * D + 3 * D * I) + 4 * H * d * p)
                                                   + 2 * D * V for p in range(c + 1, c + n + 1)),
     "15.1": lambda ids, end, lens: _tool_mask_by_hand(ids.tolist(), end, lens.tolist()),
+    "17b.1": lambda prompt, completion: _step_labels_by_hand(prompt, completion),
     "16.1": lambda ids, end: [[int(end not in row[:t]) for t in range(len(row))] for row in ids.tolist()],
 }
+
+
+def _step_labels_by_hand(prompt, completion):
+    """Each step against what is written before it; the answer against the last result plus the terms left."""
+    terms = [int(t) for t in prompt[:-1].split("+")]
+    working, answer = completion.split("#")
+    steps = [s for s in working.split(";") if s]
+    labels, written = [], terms[0]
+    for k, step in enumerate(steps):
+        ab, c = step.split("=")
+        a, b = (int(x) for x in ab.split("+"))
+        labels.append(int(a == written and k + 1 < len(terms) and b == terms[k + 1] and int(c) == a + b))
+        written = int(c)
+    return labels + [int(int(answer) == written + sum(terms[len(steps) + 1:]))]
 
 
 def _tool_mask_by_hand(ids, end, lens):
@@ -141,11 +156,30 @@ WRONG = {
                                                         + 4 * H * d * p) + 2 * D * V for p in range(1, n + 1))],
     "15.1": [lambda ids, end, lens: (np.cumsum(ids == end) == 0).astype(int),             # only before the first call
              lambda ids, end, lens: np.where(np.roll(ids == end, 1), 0, 1)],              # one token after every "]"
+    "17b.1": [lambda prompt, completion: _step_labels_by_truth(prompt, completion),       # the true running sum
+              lambda prompt, completion: [int(eval_free_sum(s)) for s in completion.split("#")[0].split(";") if s]
+              + [1]],                                                                     # arithmetic only
     "16.1": [lambda ids, end: (ids != end).astype(int),                                  # the padding mask, pad = eos
              lambda ids, end: (np.cumsum(ids == end, axis=1) == 0).astype(int),          # the end token left out
              lambda ids, end: (np.cumsum((ids == end)[:, ::-1], axis=1)[:, ::-1] > 0)     # up to the LAST end
              | ~(ids == end).any(axis=1, keepdims=True)],
 }
+
+
+def eval_free_sum(step):
+    """1 when a step 'a+b=c' adds correctly, whatever it starts from (no eval: the digits are split by hand)."""
+    ab, c = step.split("=")
+    a, b = ab.split("+")
+    return int(a) + int(b) == int(c)
+
+
+def _step_labels_by_truth(prompt, completion):
+    """The state rule the lesson rejects: a step is right when its result is the true running sum."""
+    terms = [int(t) for t in prompt[:-1].split("+")]
+    working, answer = completion.split("#")
+    steps = [s for s in working.split(";") if s]
+    labels = [int(int(s.split("=")[1]) == sum(terms[:k + 2])) for k, s in enumerate(steps)]
+    return labels + [int(int(answer) == sum(terms))]
 
 
 def test_every_code_exercise_is_tested_here():

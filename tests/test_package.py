@@ -31,6 +31,7 @@ def test_lazy_exports_resolve():
 # in an exercise's solution *or* in the library function it calls turns this test red.
 HAND_COMPUTED = {
     "00.1": 7,                                     # one 1 among seven 0s: μ = 1/8, every 0 is below it
+    "17b.2": -1.2244,                              # R = {1,0,1,1,1,1}: μ 5/6, σ √(1/6); (2·(1/6) − 5/6)/(σ + 1e-4)
     "18.1": 6,                                     # step 10 trains on version 9's batch; 3 versions older
     "18.2": -2.4,                                  # −min(1.5, 1.2)·Â · (π_prox/μ = 2) = −1.2 · 2
     "18.3": [2.2255, 0.0],                         # exp(40 · 0.02) = e^0.8; e^1.6 = 4.95 > C = 3 → masked
@@ -118,7 +119,7 @@ def test_every_exercise_is_covered_and_unanswered_or_unknown_is_handled():
     assert set(EXERCISES) - set(HAND_COMPUTED) == {"00.2", "08.1", "08.2", "08.3", "08.4",
                                                    "02.4", "03.4", "04.5", "04.6", "05.6", "06.5",
                                                    "11.4", "12.1", "12.2", "12.3", "12.4", "13.1", "07.5", "10.4", "09.4", "09.5",
-                                                   "14.1", "15.1", "16.1", "18.4"}   # code exercises: test_exercises.py; 00.2: test_diagrams.py; 18.4 reads a stored run
+                                                   "14.1", "15.1", "16.1", "17b.1", "18.4"}   # code exercises: test_exercises.py; 00.2: test_diagrams.py; 18.4 reads a stored run
     assert check("01.1", None) is False
     with pytest.raises(ValueError, match="^exercise_id: unknown exercise"):
         check("99.9", 1)

@@ -161,6 +161,24 @@ EXERCISES: dict[str, Any] = {
                          solve.tool_mask_ref, solve.tool_mask_input,
                          "walk the ids once, keeping a count of the calls seen; a call_end inside a reply is the "
                          "tool's text, not a new call, so skip each reply whole."),
+    # lesson 17b: process rewards
+    "17b.1": CodeExercise("Write my_step_labels(prompt, completion): prompt like '3+8+5=', completion well formed like "
+                          "'3+8=11;11+5=16#16'. Return one label per step, 1 right and 0 wrong, the answer last. A "
+                          "working step a+b=c is right when a is the previous step's result (the first term for the "
+                          "first step), b the prompt's next term, and c = a + b; the answer is right when it equals "
+                          "the last written result plus the terms not added yet.",
+                          solve.step_labels_ref, solve.step_labels_input,
+                          "judge each step from what is written before it, not from the true running sum: a step "
+                          "that adds correctly to a wrong number is still right, and the answer after a cut-short "
+                          "working must add the terms the working skipped."),
+    "17b.2": Exercise("Two answers of 18 tokens each, steps ending at tokens 6, 14 and 17: step rewards [1, 0, 1] and "
+                      "[1, 1, 1]. Under GRPO with process supervision (DeepSeekMath §4.1.3: normalise all six step "
+                      "rewards together, unbiased σ, then sum the steps that end at or after the token), what "
+                      "advantage does the first token of the first answer get?",
+                      solve.process_token_advantage,
+                      "R = {1, 0, 1, 1, 1, 1}: mean 5/6, σ = √(1/6) ≈ 0.408; a right step gets (1 − 5/6)/σ ≈ 0.41, "
+                      "the wrong one (0 − 5/6)/σ ≈ −2.04, and token 0 sums all three of its answer's steps.",
+                      tolerance=0.01),
     # lessons 09 and 09b: the diagnostics clinic (09.3, 09.4 in 09; 09.1, 09.2, 09.5 in 09b)
     "09.1": Exercise("A batch's success rate is p = 0.45 and G = 2. What share of groups do you expect to be dead "
                      "(all answers right or all wrong)? (4 decimals)",

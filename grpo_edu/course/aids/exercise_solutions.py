@@ -568,6 +568,36 @@ def forward_flops_input(rng):
             int(rng.integers(0, 21)), int(rng.integers(0, 51)))
 
 
+def step_labels_ref(prompt, completion):
+    """Lesson 17b: the exact label of each step of a sums answer, by the library."""
+    from grpo_edu.training.task.sums_steps import step_labels
+
+    return np.array(step_labels(prompt, completion))
+
+
+def step_labels_input(rng):
+    """A sums prompt and an answer with working in which slips happen: a result off by 1–3, a wrong term, a step
+    that starts from another number, an early stop, or a wrong final copy."""
+    terms = [int(t) for t in rng.integers(1, 10, size=int(rng.integers(2, 6)))]
+    written, steps = terms[0], []
+    for t in terms[1:int(rng.integers(1, len(terms))) + 1]:
+        a = written + (int(rng.integers(1, 3)) if rng.random() < 0.15 else 0)    # starts from another number
+        b = t + (int(rng.integers(1, 3)) if rng.random() < 0.15 else 0)          # adds a wrong term
+        c = a + b + (int(rng.integers(1, 4)) if rng.random() < 0.25 else 0)      # adds wrong
+        steps.append(f"{a}+{b}={c}")
+        written = c
+    answer = written + sum(terms[len(steps) + 1:]) + (int(rng.integers(1, 3)) if rng.random() < 0.2 else 0)
+    return ("+".join(map(str, terms)) + "=", ";".join(steps) + f"#{answer}")
+
+
+def process_token_advantage():
+    """Lesson 17b, exercise 17b.2: the first token's Â of the worked answer with one wrong step."""
+    from grpo_edu.core.process_advantages import process_advantages
+
+    adv, _ = process_advantages([[1, 0, 1], [1, 1, 1]], [[6, 14, 17], [6, 14, 17]], [18, 18])
+    return float(adv[0, 0])
+
+
 def completion_mask_ref(ids, end_token_id):
     """Lesson 16: the completion mask, by the library (1 up to and including each row's first end token)."""
     import torch

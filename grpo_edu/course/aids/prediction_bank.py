@@ -161,6 +161,13 @@ PREDICTIONS: dict[str, Prediction] = {
                         "score compared with the best it reached during the run will be: 'at its best', 'below its "
                         "best' or 'below where it started'?",
                         choices=("at its best", "below its best", "below where it started")),
+    "17b.P1": Prediction("Of the bundled sums model's right answers (sampled at τ = 1 on held-out prompts), what share "
+                         "has at least one wrong step in its working? (Uesato et al. counted 14 % on GSM8K.)",
+                         tolerance=0.03),
+    "17b.P2": Prediction("The bundled sums model trained 40 steps with the outcome reward, and again with process "
+                         "supervision by the exact checker (same seed, prompts and budget). Held-out accuracy with "
+                         "process supervision: 'higher', 'same' (within noise on some seed) or 'lower'?",
+                         choices=("higher", "same", "lower")),
     "18.P1": Prediction("The staleness sweep: k = 1, 2, 4, 8 updates of lag, the PPO clip against μ. The spread "
                         "σ(log π_θ/μ) at k = 8, compared with k = 1, will be: 'about the same', 'two to five times' "
                         "or 'more than five times'?",

@@ -38,11 +38,12 @@ REFERENCE_TIMES_S = {
     "08_full_grpo_run": 27.9, "09_diagnostics_clinic": 21.6, "09b_diagnostics_clinic_2": 22.3,
     "10_graduation": 30.6, "11_long_answers": 36.2, "12_variants": 20.8, "13_family": 5.5,
     "14_cost_of_a_step": 18.1, "15_tools": 3.5,
-    "16_real_text": 4.0, "17_learned_rewards": 4.7, "18_sampling_and_training_apart": 3.7,
+    "16_real_text": 4.0, "17_learned_rewards": 4.7, "17b_process_rewards": 1.5,
+    "18_sampling_and_training_apart": 3.7,
 }
 """Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU,
 whose bench step was then REFERENCE_STEP_MS (lessons 16–18: their time under the same command at a 76.7 ms step,
-scaled by 23.2 / 76.7; lesson 00: 51.1 s alone under nbval on the same CPU loaded by other work, at a mean bench
+scaled by 23.2 / 76.7; lesson 17b: 6.2 s alone under nbval at a bench step of about 100 ms, scaled likewise; lesson 00: 51.1 s alone under nbval on the same CPU loaded by other work, at a mean bench
 step of 142.6 ms, scaled by 23.2 / 142.6). A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
 long."""
 

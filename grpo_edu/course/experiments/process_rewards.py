@@ -19,8 +19,16 @@ file is kept unless ``--overwrite``, and the path is checked before any run.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
+
+from grpo_edu.common._checks import fail
+from grpo_edu.training.model.models import ASSETS
+
+STORED = ASSETS / "process-rewards"
+"""The stored runs lesson 17b reads: ``compare.json``, ``labels.json``, ``verifiers.json`` (and ``portable/``)."""
+KINDS = ("compare", "labels", "verifiers")
 
 COMMON = dict(batch_size=8, num_generations=8, total_training_steps=40, eval_size=200)
 """Both runs' budget: the ``sums`` preset with 8 prompts × 8 answers for 40 steps, 200 held-out prompts."""
@@ -106,6 +114,27 @@ def label_confusions(num_completions=200, *, endings=ENDINGS, seed=0, strong_ste
                                          seed=seed)
             matrix, stats = confusion(exact, hard)
             out["strong_completer"]["by_endings"][str(n)] = {"matrix": matrix, **stats}
+    return out
+
+
+def stored(kind, folder=STORED):
+    """One stored result (``kind`` of :data:`KINDS`), with the command that made it."""
+    if kind not in KINDS:
+        fail("kind", f"unknown stored result {kind!r}", f"use one of {', '.join(KINDS)}")
+    path = folder / f"{kind}.json"
+    if not path.is_file():
+        fail("folder", f"{folder} holds no {kind}.json", f"make it with python -m grpo_edu.course.experiments."
+             f"process_rewards {kind} --json {path}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def paired(result, key="accuracy", a="process", b="outcome"):
+    """Per seed, ``a``'s ``key`` minus ``b``'s, with the standard error of each difference (the two evaluations'
+    errors combined, as independent samples): a list of (difference, se)."""
+    out = []
+    for seed in result["seeds"].values():
+        se = math.hypot(seed[a][f"{key}_se"], seed[b][f"{key}_se"]) if f"{key}_se" in seed[a] else float("nan")
+        out.append((seed[a][key] - seed[b][key], se))
     return out
 
 
