@@ -163,11 +163,21 @@ PREDICTIONS: dict[str, Prediction] = {
                         choices=("at its best", "below its best", "below where it started")),
     "17b.P1": Prediction("Of the bundled sums model's right answers (sampled at τ = 1 on held-out prompts), what share "
                          "has at least one wrong step in its working? (Uesato et al. counted 14 % on GSM8K.)",
-                         tolerance=0.03),
+                         tolerance=0.03,
+                         why="About 1 % (the counts are printed below). The model was warmed up on worked solutions a program wrote, and it copies "
+                             "their careful habit: when its answer is right, its working almost always is too. Its "
+                             "mistakes are of the other kind, a slip that the next steps carry on correctly to a wrong "
+                             "answer, which is why the question here is less 'does process supervision clean the "
+                             "reasoning' than 'does it put the blame on the right step'."),
     "17b.P2": Prediction("The bundled sums model trained 40 steps with the outcome reward, and again with process "
                          "supervision by the exact checker (same seed, prompts and budget). Held-out accuracy with "
                          "process supervision: 'higher', 'same' (within noise on some seed) or 'lower'?",
-                         choices=("higher", "same", "lower")),
+                         choices=("higher", "same", "lower"),
+                         why="The same, within the evaluation's noise: the table below gives each seed's difference with "
+                             "its standard error, and no difference is twice its error. On this model right answers "
+                             "rarely hide wrong steps, so the exact step checker adds little that the outcome does "
+                             "not already say; its advantage is where the blame lands (section 4), not how much "
+                             "the model learns in 40 steps."),
     "18.P1": Prediction("The staleness sweep: k = 1, 2, 4, 8 updates of lag, the PPO clip against μ. The spread "
                         "σ(log π_θ/μ) at k = 8, compared with k = 1, will be: 'about the same', 'two to five times' "
                         "or 'more than five times'?",
