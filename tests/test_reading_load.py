@@ -57,6 +57,14 @@ def test_the_columns_follow_the_audits_rules():
     assert (row["why words"], row["core why words"]) == (3, 3)          # the reveal sits in a core section
     assert row["read min"] == round((row["words"] + 3) / 200, 1)
     assert row["longest cell"] == max(w for w, _ in cell_words.values())
+    # the core track's study time: its reading, a prediction and an answer at 2 min, a function to write at 10
+    assert row["core study min"] == round(row["core read min"] + 2 + 2 + 10)
+
+
+def test_an_exercise_in_a_deep_dive_adds_no_core_study_time():
+    moved = NOTEBOOK["cells"][:8] + NOTEBOOK["cells"][9:10] + [NOTEBOOK["cells"][8]] + NOTEBOOK["cells"][10:]
+    row, _ = measure({"cells": moved}, code_ids={"02.4"}, explanations={"99.P1": "three more words"})
+    assert row["core study min"] == round(row["core read min"] + 2 + 2)
 
 
 def test_a_figure_without_a_caption_beside_it_is_not_captioned():

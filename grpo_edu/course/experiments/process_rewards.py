@@ -231,6 +231,43 @@ def verifiers(num_prompts=100, *, train_prompts=600, endings=8, prm_steps=300, s
             "settings": {"train_prompts": train_prompts, "endings": endings, "prm_steps": prm_steps, "seed": seed}}
 
 
+def report(folder=STORED):
+    """The stored results as markdown tables (docs/process-rewards.md holds this text)."""
+    lines = []
+    compare = stored("compare", folder)
+    lines += [f"**Outcome against process supervision** (`{compare['command']}`; " + ", ".join(f"{k} {v}" for k, v in compare['settings'].items()) + f", "
+              f"{compare['eval_samples']} answers per held-out prompt; ± the standard error from per-prompt means):", "",
+              "| seed | before | outcome | process | process − outcome | right answers with a wrong step: before → "
+              "outcome, process |", "|---|---|---|---|---|---|"]
+    for (seed, r), (d, se) in zip(compare["seeds"].items(), paired(compare)):
+        cell = lambda k: f"{r[k]['accuracy']:.3f} ± {r[k]['accuracy_se']:.3f}"
+        trace = lambda k: f"{r[k]['right_wrong_working']}/{r[k]['right']}"
+        lines.append(f"| {seed} | {cell('before')} | {cell('outcome')} | {cell('process')} | {d:+.3f} ± {se:.3f} | "
+                     f"{trace('before')} → {trace('outcome')}, {trace('process')} |")
+    labels = stored("labels", folder)
+    lines += ["", f"**Monte-Carlo step labels against the exact ones** (`{labels['command']}`; {labels['solutions']} "
+              f"solutions, {labels['steps']} steps, {labels['wrong_steps']} wrong; the trained completer is the bundled "
+              f"model after {labels['strong_completer']['grpo_steps']} steps of outcome GRPO, held-out accuracy "
+              f"{labels['strong_completer']['weak_accuracy']:.3f} → {labels['strong_completer']['accuracy']:.3f}):", "",
+              "| completer | N | tp | fp | fn | tn | recall | false-positive rate |", "|---|---|---|---|---|---|---|---|"]
+    for who, part in (("bundled", labels), ("trained", labels["strong_completer"])):
+        for n, r in part["by_endings"].items():
+            m = r["matrix"]
+            lines.append(f"| {who} | {n} | {m['tp']} | {m['fp']} | {m['fn']} | {m['tn']} | {r['recall']:.3f} | "
+                         f"{r['false_positive_rate']:.3f} |")
+    ver = stored("verifiers", folder)
+    lines += ["", f"**Best-of-N with five verifiers** (`{ver['command']}`; {ver['prompts']} held-out prompts × "
+              f"{max(ver['best_of'])} answers, verifiers trained on {ver['train_solutions']} solutions; share of "
+              "picks that are right):", "", "| verifier | " + " | ".join(f"N = {n}" for n in ver["best_of"]) + " |",
+              "|---|" + "---|" * len(ver["best_of"])]
+    for name, curve in ver["curves"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in curve) + " |")
+    lines += ["", "First-error localisation (ProcessBench's F1): " + ", ".join(
+        f"{k} {v[0]:.3f} (flawed found {v[1]['flawed_found']:.3f}, flawless kept {v[1]['flawless_kept']:.3f})"
+        for k, v in ver["first_error_f1"].items()) + "."]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     import sys
 
@@ -239,6 +276,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m grpo_edu.course.experiments.process_rewards",
                                      description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("report", help="the stored results as markdown tables")
     compare = sub.add_parser("compare", help="outcome GRPO against GRPO+PS with the exact checker")
     compare.add_argument("--seeds", type=int, nargs="+", default=[0])
     compare.add_argument("--steps", type=int, default=None, help=f"steps per run (default {COMMON['total_training_steps']})")
@@ -250,6 +288,9 @@ def main(argv=None):
         p.add_argument("--json", help="store the result here (refused if it exists, unless --overwrite)")
         p.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        print(report())
+        return None
     check_json_target(parser, args)
     program = "python -m grpo_edu.course.experiments.process_rewards"
     if args.command == "compare":

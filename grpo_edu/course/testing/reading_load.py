@@ -18,6 +18,9 @@ It reads the notebooks as JSON and runs nothing. What each column counts (the au
 * **longest cell**: the most words in one markdown cell, over the whole lesson and over the core track.
 * **outcomes**: the bullets under "After this lesson you can" in the lesson's first cells (at most four wanted);
   **checks**: whether a "Check yourself" list closes the lesson.
+* **core study min**: the core track's study time, core read min plus the audit's rates for each exercise on the
+  core track (:data:`MINUTES_PER_ITEM`: 2 for an auto-checked answer or a prediction, 10 for a function to write;
+  worked examples take none): the README's study-time column.
 * **figures**: stored PNG outputs; **captioned**: figures whose code cell has, right before or right after it,
   a markdown line that starts with ``**Figure`` (the course's caption: a title and what to see).
 """
@@ -29,6 +32,9 @@ from pathlib import Path
 
 WORDS_PER_MINUTE = 200
 """Reading speed of the audit: 200 words a minute."""
+
+MINUTES_PER_ITEM = {"auto-checked": 2, "predict": 2, "code-writing": 10}
+"""The audit's rough time for one exercise of each kind, in minutes."""
 
 _WORD = re.compile(r"[^\W_]", re.UNICODE)
 _DETAILS = re.compile(r"<details>.*?</details>", re.DOTALL | re.IGNORECASE)
@@ -91,7 +97,7 @@ def measure(notebook, code_ids=None, explanations=None):
     explanations = _explanations() if explanations is None else dict(explanations)
     cells = notebook["cells"]
     row = {"words": 0, "core words": 0, "why words": 0, "core why words": 0, "auto-checked": 0, "code-writing": 0, "predict": 0, "worked": 0,
-           "longest cell": 0, "longest core cell": 0, "outcomes": 0, "checks": False, "figures": 0,
+           "longest cell": 0, "longest core cell": 0, "core item min": 0, "outcomes": 0, "checks": False, "figures": 0,
            "captioned": 0}
     per_cell, deep = [], False
     for i, cell in enumerate(cells):
@@ -120,6 +126,10 @@ def measure(notebook, code_ids=None, explanations=None):
                 row["checks"] = True
         elif cell.get("cell_type") == "code":
             for kind, ex_id in _CALL.findall(text):
+                item = ("predict" if kind == "reveal" else None if "worked example" in text.lower()
+                        else "code-writing" if ex_id in code_ids else "auto-checked")
+                if item and not deep:
+                    row["core item min"] += MINUTES_PER_ITEM[item]
                 if kind == "reveal":
                     row["predict"] += 1
                     n = words(explanations.get(ex_id, ""))
@@ -137,10 +147,12 @@ def measure(notebook, code_ids=None, explanations=None):
                 row["captioned"] += any(_is_caption(c) for c in around)
     row["read min"] = round((row["words"] + row["why words"]) / WORDS_PER_MINUTE, 1)
     row["core read min"] = round((row["core words"] + row["core why words"]) / WORDS_PER_MINUTE, 1)
+    row["core study min"] = round(row["core read min"] + row.pop("core item min"))
     return row, {"cells": per_cell}
 
 
-COLUMNS = ("lesson", "words", "why words", "read min", "core words", "core why words", "core read min", "longest cell", "longest core cell",
+COLUMNS = ("lesson", "words", "why words", "read min", "core words", "core why words", "core read min", "core study min",
+           "longest cell", "longest core cell",
            "auto-checked", "code-writing", "predict", "worked", "outcomes", "checks", "figures", "captioned")
 
 
