@@ -151,6 +151,14 @@ def test_held_out_accuracy_best_at_step_0_is_worded_as_the_start():
     assert "after that" in top.evidence["summary"]
 
 
+@pytest.mark.parametrize("name", list(SICK))
+def test_no_finding_cites_a_source_the_reader_cannot_see(name):
+    """`grpo-edu diagnose` prints to anyone: a fix cites a measurement or a lesson, never "the guide" or a seed id."""
+    text = format_findings(diagnose(history(**SICK[name]), config=GRPOConfig(num_generations=2))).lower()
+    for unseen in ("the guide", "seed 00", "source article", "practical guide"):
+        assert unseen not in text, f"{name}: {unseen!r} in\n{text}"
+
+
 def test_few_live_groups_names_a_small_G():
     rows = history(dead_group_fraction=lambda t, n: 0.55, reward_mean=lambda t, n: 0.45 + 0.3 * t / n)
     top = diagnose(rows, config=GRPOConfig(num_generations=2))[0]

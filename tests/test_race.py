@@ -160,3 +160,18 @@ def test_race_curves_draw_every_setting_of_the_race_and_refuse_more_than_their_c
     assert labels == list(variants.VARIANTS) and len(labels) == 9                # one line each, none dropped by zip
     with pytest.raises(ValueError, match="^results: 11 variants"):
         viz.race_curves({f"v{i}": rows(0.1) for i in range(11)})
+
+
+def test_the_race_and_pass_at_k_figures_carry_a_title():
+    """Lessons 11-13 caption these figures; each also names what it shows in its own title (the learner-path
+    audit found the three untitled)."""
+    from grpo_edu.course.aids import viz
+
+    rows = [{"curve": [0.1, 0.2]}, {"curve": [0.1, 0.3]}]
+    figures = {"race_curves": viz.race_curves({"grpo": rows, "dapo": rows}),
+               "paired_differences": viz.paired_differences({"dapo": {0: -0.1, 1: 0.05}}),
+               "pass_at_k_curves": viz.pass_at_k_curves({"before RL": {1: 0.3, 2: 0.5}, "after": {1: 0.6, 2: 0.7}})}
+    for name, fig in figures.items():
+        assert fig.axes[0].get_title().strip(), f"{name} draws no title"
+    assert viz.paired_differences({"dapo": {0: 0.1}}).axes[0].get_title().startswith("held-out accuracy: ")
+    assert viz.race_curves({"grpo": rows}, title="the adder").axes[0].get_title() == "the adder"

@@ -166,7 +166,7 @@ def _few_live_groups(log):
         "share of every batch was sampled and scored but taught nothing.",
         _evidence("dead_group_fraction", log.points(log.head, "dead_group_fraction"), summary, 0.5), causes,
         [("num_generations", f"{G} → 8" if isinstance(G, int) and G < 8 else log.change("num_generations", 2, "raise it"),
-          "fewer all-same groups; the guide's advice is 4–8"),
+          "fewer all-same groups; 4–8 is the common choice (lesson 09b measures it)"),
          ("temperature", log.change("temperature", 1.2, "raise it a little, e.g. 1.0 → 1.2"),
           "more varied answers within a group"),
          ("task / dataset", "drop prompts the model always or never solves", "lesson 03 §8")],
@@ -322,8 +322,8 @@ def _reward_oscillation(log):
         "unstable.", _evidence("reward_mean", blocks, summary),
         ["learning_rate too high: updates overshoot and undo each other",
          "few completions per step (batch_size × num_generations), so each step's estimate is noisy",
-         "a reward with outliers (seed 004: check the reward for abnormal values)"],
-        [_lower_lr(log, 3, "smaller steps stop the overshooting (seed 004: lower it, train longer)"),
+         "a reward with outliers (check the reward for abnormal values)"],
+        [_lower_lr(log, 3, "smaller steps stop the overshooting (lower it, and train longer)"),
          ("batch_size", log.change("batch_size", 2, "raise it, e.g. 16 → 32"), "more prompts per step average "
           "out the noise"), _raise_beta(log)],
         "05_toy_grpo", 60)

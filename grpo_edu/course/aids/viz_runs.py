@@ -383,9 +383,10 @@ def _token_box(x, y, color):
     return Rectangle((x + 0.04, y), 0.92, 0.9, facecolor=color, edgecolor=GREY, lw=0.4)
 
 
-def pass_at_k_curves(curves, ax=None):
+def pass_at_k_curves(curves, ax=None, *, title="pass@k against k, before and after RL"):
     """pass@k against k (log scale), one line per model: ``curves`` = {label: {k: pass@k}} (lesson 11)."""
     fig, ax = axes_or_new(ax, (5.0, 3.0))
+    ax.set_title(title, fontsize=10)
     for (label, curve), color in zip(curves.items(), (GREY, BLUE, RED, GREEN)):
         ks = sorted(curve)
         ax.plot(ks, [curve[k] for k in ks], "o-", color=color, label=label)
@@ -438,11 +439,12 @@ def variant_weights(ratios=None, variants=None):
     return fig
 
 
-def race_curves(results, *, key="curve", ax=None):
+def race_curves(results, *, key="curve", ax=None, title="training reward per step, each setting's median over its runs"):
     """The race's training-reward curves (lesson 12): one line per variant, the median over its runs
     at each step, with the runs' [min, max] band for ``grpo``. ``results``: {variant: [rows]} as
     ``grpo_edu.course.experiments.variants.stored_race`` returns."""
     fig, ax = axes_or_new(ax, (8.0, 3.6))
+    ax.set_title(title, fontsize=10)
     palette = (BLUE, ORANGE, GREEN, RED, GREY, "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#9467bd")
     if len(results) > len(palette):
         raise ValueError(f"results: {len(results)} variants, but race_curves has {len(palette)} colours. "
@@ -460,12 +462,14 @@ def race_curves(results, *, key="curve", ax=None):
     return fig
 
 
-def paired_differences(differences, *, resolved=0.10, label="held-out accuracy", ax=None):
+def paired_differences(differences, *, resolved=0.10, label="held-out accuracy", ax=None,
+                       title="each setting minus the baseline on the same seed"):
     """Each variant's per-seed difference against the baseline, in points, as dots (one per seed,
     labelled with it), with their mean as a bar (lesson 12). The grey band, |mean| < ``resolved``,
     is where a few seeds cannot tell the variants apart. ``differences``: {variant: {seed: difference}}
     (``grpo_edu.course.experiments.variants.paired_differences``; a difference is a share, drawn × 100)."""
     fig, ax = axes_or_new(ax, (8.0, 0.42 * len(differences) + 1.3))
+    ax.set_title(f"{label}: {title}", fontsize=10)
     names = list(differences)
     ax.axvspan(-100 * resolved, 100 * resolved, color=GREY, alpha=0.15, lw=0,
                label=f"|mean| < {100 * resolved:g} points: unresolved")
