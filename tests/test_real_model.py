@@ -247,6 +247,11 @@ def test_the_candidate_grader_and_group_statistics_by_hand():
 
     assert real_model.is_correct(" 'A'.", "a") and real_model.is_correct("7", "7")
     assert not real_model.is_correct("The answer is 7.", "7") and not real_model.is_correct("77", "7")
+    lenient = [("6 + 6 = 12", "12", "number", True), ("7 is less than 12", "7", "number", False),
+               ("The first letter of the word 'zebra' is 'z'.", "z", "letter", True), ("Zea.", "z", "letter", False),
+               ("A word, 'b'? No: 'a'.", "a", "letter", True), ("57 is an odd number.", "odd", "parity", True),
+               ("Even? No, odd; it is even", "odd", "parity", False)]
+    assert [real_model.is_correct(text, answer, kind) for text, answer, kind, _ in lenient] == [r[3] for r in lenient]
     stats, info = real_model.group_stats([[True, False, False, False], [False] * 4, [True] * 4], 4)
     assert info["counts"] == [1, 0, 4]
     assert stats["pass@1"] == pytest.approx((0.25 + 0 + 1) / 3) and stats["pass@4"] == pytest.approx(2 / 3)
@@ -265,4 +270,5 @@ def test_measure_samples_through_the_chat_template_and_grades_each_answer(smollm
     stats, info = real_model.measure(model, tokenizer, real_model.CANDIDATES["first letter"], prompts=2, samples=2,
                                      max_new_tokens=4)
     assert len(info["answers"]) == 4 and sum(info["counts"]) == sum(ok for _, _, ok in info["answers"])
-    assert all(ok == real_model.is_correct(text, q.split("'")[1][0]) for q, text, ok in info["answers"])
+    assert all(ok == real_model.is_correct(text, q.split("'")[1][0], "letter") for q, text, ok in info["answers"])
+    assert 0 <= stats["strict pass@1"] <= stats["pass@1"] <= stats["pass@2"] <= 1
