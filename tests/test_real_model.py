@@ -134,13 +134,17 @@ def _length_reward(prompts, completions, **kwargs):
     return [float(len(c) % 3) for c in completions]
 
 
-def test_a_lora_run_on_it_resumed_from_its_checkpoint_equals_the_uninterrupted_run(smollm2_folder, tmp_path):
+def test_a_lora_run_on_it_resumed_from_its_checkpoint_equals_the_uninterrupted_run(smollm2, tmp_path):
+    """Each trainer gets a copy of the loaded model (a copy costs less than a load); the adapter is the run's."""
+    import copy
+
     from grpo_edu.training.trainers.config import GRPOConfig
     from grpo_edu.training.trainers.trainer import GRPOTrainer
 
     settings = dict(model="smollm2", task="words", batch_size=2, num_generations=2, max_completion_length=8,
                     total_training_steps=2, eval_size=0, lora_rank=4, learning_rate=1e-3, checkpoint_every=1)
-    run = lambda **more: GRPOTrainer(GRPOConfig(**{**settings, **more}), reward_funcs=[_length_reward])  # noqa: E731
+    run = lambda **more: GRPOTrainer(GRPOConfig(**{**settings, **more}), model=copy.deepcopy(smollm2[0]),  # noqa: E731
+                                     tokenizer=smollm2[1], reward_funcs=[_length_reward])
     whole = run(checkpoint_every=0).train(progress=False)
     stopped = run(output_dir=str(tmp_path / "run"))
     stopped.step()
