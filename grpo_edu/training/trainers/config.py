@@ -107,7 +107,8 @@ class GRPOConfig:
 
     model: str = BUNDLED_MODEL
     """A local model directory, a run's output folder (its latest checkpoint), a Hugging Face hub name
-    (needs internet), or "bundled"."""
+    (needs internet), "bundled", or "smollm2" (a real model: SmolLM2-135M-Instruct, fetched once with
+    `grpo-edu models get smollm2`)."""
     task: str = "addition"
     """Verifiable task giving the prompts and the reward (``grpo_edu.training.task.tasks.TASKS``)."""
     dataset: str | None = None
