@@ -395,3 +395,17 @@ def test_a_prm_refuses_bad_labels_and_a_head_that_does_not_match():
     sequence_head, _ = make_reward_model(sums_model_dir())
     with pytest.raises(ValueError, match="prm: is a LlamaForSequenceClassification with 1 outputs per position"):
         prm.step_probabilities(sequence_head, tok, ["3+8="], ["#11"])
+
+
+def test_a_prm_backbone_gets_the_policys_folder_checks(tmp_path):
+    """A backbone folder whose weights are a pickle is refused by name, as the policy's and a reward model's are."""
+    import shutil
+
+    from grpo_edu.training.model.models import sums_model_dir
+
+    folder = tmp_path / "backbone"
+    shutil.copytree(sums_model_dir(), folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"not really a pickle")
+    with pytest.raises(ValueError, match="^backbone: "):
+        prm.make_process_reward_model(folder)

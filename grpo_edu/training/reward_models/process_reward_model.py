@@ -25,6 +25,7 @@ import math
 import torch
 
 from grpo_edu.common import _checks
+from grpo_edu.training.reward_models.reward_model import with_fresh_head
 from grpo_edu.training.rollouts.rollout import pad_right
 from grpo_edu.training.task.sums_steps import step_spans
 
@@ -35,24 +36,19 @@ last step's alone (an outcome reward model's reading)."""
 
 def make_process_reward_model(backbone, *, seed=0):
     """(PRM, tokenizer): ``backbone`` (the folder of a causal LM with a one-token-per-character tokenizer, e.g.
-    ``assets/tiny-sums``) with a fresh per-token scalar head, seeded."""
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
-    from transformers.utils import logging as hf_logging
+    ``assets/tiny-sums``) with a fresh per-token scalar head, seeded; loaded as a reward model's backbone is
+    (``reward_model.with_fresh_head``: the policy's folder checks)."""
+    from transformers import AutoModelForTokenClassification
 
-    tokenizer = AutoTokenizer.from_pretrained(str(backbone))
-    probe = "12+3=15;15+4=19#19"
-    if len(tokenizer(probe, add_special_tokens=False)["input_ids"]) != len(probe):
-        _checks.fail("backbone", f"{backbone}'s tokenizer does not write one token per character, so a step's end "
-                     "is not one token", "use the sums model's folder (assets/tiny-sums) or a run trained from it")
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()                   # "score.weight newly initialized" is the point here
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = AutoModelForTokenClassification.from_pretrained(
-                str(backbone), num_labels=1, pad_token_id=tokenizer.pad_token_id, dtype=torch.float32)
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    def one_token_per_character(tokenizer):
+        probe = "12+3=15;15+4=19#19"
+        if len(tokenizer(probe, add_special_tokens=False)["input_ids"]) != len(probe):
+            _checks.fail("backbone", f"{backbone}'s tokenizer does not write one token per character, so a step's "
+                         "end is not one token", "use the sums model's folder (assets/tiny-sums) or a run trained "
+                         "from it")
+
+    model, tokenizer = with_fresh_head(AutoModelForTokenClassification, backbone, seed=seed,
+                                       check_tokenizer=one_token_per_character)
     return check_process_reward_model(model), tokenizer
 
 

@@ -21,6 +21,16 @@ def make_reward_model(backbone, *, seed=0):
 
     The head's weights come from ``seed`` alone (the body is the backbone's)."""
     from transformers import AutoModelForSequenceClassification
+
+    model, tokenizer = with_fresh_head(AutoModelForSequenceClassification, backbone, seed=seed)
+    return check_reward_model(model), tokenizer
+
+
+def with_fresh_head(auto_class, backbone, *, seed=0, check_tokenizer=None):
+    """``auto_class.from_pretrained(backbone, num_labels=1)``: the backbone's body with a new one-number head, seeded,
+    after the policy's folder checks (no pickle, whole safetensors, finite weights; errors name ``backbone``).
+    ``check_tokenizer(tokenizer)`` may refuse the backbone's tokenizer before any weight loads. Returns
+    ``(model, tokenizer)``; the sequence head (a reward model) and the per-token head (a PRM) both load here."""
     from transformers.utils import logging as hf_logging
 
     from grpo_edu.training.model.models import check_finite_weights, load_kwargs, load_tokenizer, locate_model
@@ -29,17 +39,19 @@ def make_reward_model(backbone, *, seed=0):
     tokenizer = load_tokenizer(source, arg="backbone")
     if tokenizer.pad_token_id is None:
         _checks.fail("backbone", f"{backbone}'s tokenizer has no pad token", "set tokenizer.pad_token before use")
+    if check_tokenizer is not None:
+        check_tokenizer(tokenizer)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()                   # "score.weight newly initialized" is the point here
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = AutoModelForSequenceClassification.from_pretrained(
+            model = auto_class.from_pretrained(
                 source, num_labels=1, pad_token_id=tokenizer.pad_token_id, dtype=torch.float32, **load_kwargs())
     finally:
         hf_logging.set_verbosity(verbosity)
     check_finite_weights(model, source, arg="backbone")
-    return check_reward_model(model), tokenizer
+    return model, tokenizer
 
 
 def check_reward_model(model, arg="reward_model"):
