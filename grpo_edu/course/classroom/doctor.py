@@ -32,20 +32,17 @@ CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json")
 
 REFERENCE_STEP_MS = 23.2
 REFERENCE_TIMES_S = {
-    "00_watch_grpo_learn": 8.3,
-    "01_batch_step_epoch": 2.1, "02_group_advantage": 3.4, "03_zero_sigma": 2.6, "04_clipped_loss": 2,
-    "04b_kl_and_loss_types": 3.4, "05_toy_grpo": 28.1, "06_data_replay": 35.2, "07_reward_design": 13.1,
-    "08_full_grpo_run": 27.9, "09_diagnostics_clinic": 21.6, "09b_diagnostics_clinic_2": 22.3,
-    "10_graduation": 30.6, "11_long_answers": 36.2, "12_variants": 20.8, "13_family": 5.5,
-    "14_cost_of_a_step": 18.1, "15_tools": 3.5,
-    "16_real_text": 4.0, "17_learned_rewards": 4.7, "17b_process_rewards": 1.5,
-    "18_sampling_and_training_apart": 3.7,
+    "00_watch_grpo_learn": 9.7, "01_batch_step_epoch": 2.1, "02_group_advantage": 3.7, "03_zero_sigma": 2.3,
+    "04_clipped_loss": 2.2, "04b_kl_and_loss_types": 3.6, "05_toy_grpo": 31.7, "06_data_replay": 23.0,
+    "07_reward_design": 13.3, "08_full_grpo_run": 25.7, "09_diagnostics_clinic": 22.1, "09b_diagnostics_clinic_2": 23.5,
+    "10_graduation": 28.2, "11_long_answers": 35.1, "12_variants": 21.7, "13_family": 6.8,
+    "14_cost_of_a_step": 17.9, "15_tools": 3.6, "16_real_text": 5.4, "17_learned_rewards": 6.8,
+    "17b_process_rewards": 5.0, "18_sampling_and_training_apart": 5.2,
 }
-"""Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU,
-whose bench step was then REFERENCE_STEP_MS (lessons 16–18: their time under the same command at a 76.7 ms step,
-scaled by 23.2 / 76.7; lesson 17b: 6.2 s alone under nbval at a bench step of about 100 ms, scaled likewise; lesson 00: 51.1 s alone under nbval on the same CPU loaded by other work, at a mean bench
-step of 142.6 ms, scaled by 23.2 / 142.6). A machine whose step is s ms takes about s / REFERENCE_STEP_MS times as
-long."""
+"""Each lesson's time under the README's test command in a clean clone's ``.ci/run`` on the project's 2-core CPU
+(``CI=true bash .ci/run``: bench step 24.4 ms before the run and 23.7 ms after, so each time is scaled by 23.2 / 24.05
+to REFERENCE_STEP_MS; docs/lesson-times.md holds the same run's table). A machine whose step is s ms takes about
+s / REFERENCE_STEP_MS times as long."""
 
 
 @dataclass
